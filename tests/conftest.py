@@ -1,0 +1,158 @@
+"""Shared pytest fixtures for fleet.vllm.
+
+Modules run the way Ansible runs them on a host: a separate Python process that reads its
+arguments from a JSON file and prints one JSON result. The collection is importable as
+``ansible_collections.fleet.vllm`` through the checkout's collections/ link.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+COLLECTIONS = ROOT / "collections"
+FIXTURES = ROOT / "tests" / "fixtures"
+
+if str(COLLECTIONS) not in sys.path:
+    sys.path.insert(0, str(COLLECTIONS))
+
+
+class ModuleRun:
+    """Result of one module run: ``rc``, the parsed JSON ``result``, raw ``stdout``/``stderr``."""
+
+    def __init__(self, rc, stdout, stderr):
+        self.rc = rc
+        self.stdout = stdout
+        self.stderr = stderr
+        try:
+            self.result = json.loads(stdout)
+        except ValueError:
+            self.result = {"failed": True, "msg": "module printed no JSON", "stdout": stdout, "stderr": stderr}
+
+    @property
+    def failed(self):
+        return bool(self.result.get("failed"))
+
+    def __repr__(self):
+        return "ModuleRun(rc=%r, result=%r, stderr=%r)" % (self.rc, self.result, self.stderr[-2000:])
+
+
+@pytest.fixture(scope="session")
+def _unprivileged_payload(tmp_path_factory):
+    """What AnsiballZ would ship to a host, copied where an unprivileged user can read it:
+    ansible.module_utils and this collection's plugins. (The checkout and the venv may sit
+    under /root, which other users cannot enter.)"""
+    import ansible
+
+    base = Path(tempfile.mkdtemp(prefix="fleet-vllm-payload-"))
+    os.chmod(base, 0o755)
+    src = Path(ansible.__file__).parent
+    dest = base / "ansible"
+    dest.mkdir()
+    for name in ("__init__.py", "release.py"):
+        shutil.copy2(src / name, dest / name)
+    for name in ("_vendor", "module_utils"):
+        shutil.copytree(src / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+    plugins = base / "ansible_collections" / "fleet" / "vllm" / "plugins"
+    shutil.copytree(ROOT / "plugins", plugins, ignore=shutil.ignore_patterns("__pycache__"))
+    for path in [base, *base.rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def world_tmp():
+    """A temporary directory every user can enter (pytest's own is private to its user)."""
+    path = Path(tempfile.mkdtemp(prefix="fleet-vllm-test-"))
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _demote(user):
+    entry = pwd.getpwnam(user)
+
+    def preexec():
+        os.setgroups([])
+        os.setgid(entry.pw_gid)
+        os.setuid(entry.pw_uid)
+
+    return preexec
+
+
+@pytest.fixture
+def run_module(tmp_path_factory, request):
+    """Run plugins/modules/NAME.py with ARGS: ``run_module(name, args, check=False, diff=False,
+    user=None)``. ``user`` runs it as that account with the system Python, from a copy of the
+    code that account can read (tests of permission errors; needs root)."""
+
+    def run(name, args, check=False, diff=False, user=None, env=None):
+        if user:
+            payload = request.getfixturevalue("_unprivileged_payload")
+            workdir = Path(tempfile.mkdtemp(prefix="fleet-vllm-run-"))
+        else:
+            workdir = tmp_path_factory.mktemp("module-" + name)
+        params = dict(args)
+        params["_ansible_check_mode"] = check
+        params["_ansible_diff"] = diff
+        params["_ansible_remote_tmp"] = str(workdir)
+        params["_ansible_keep_remote_files"] = False
+        args_file = workdir / "args.json"
+        args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": params}))
+        if user:
+            os.chmod(workdir, 0o755)
+            os.chmod(args_file, 0o644)
+        base = payload if user else COLLECTIONS
+        module = base / "ansible_collections" / "fleet" / "vllm" / "plugins" / "modules" / (name + ".py")
+        python = "/usr/bin/python3" if user else sys.executable
+        proc_env = dict(os.environ, PYTHONPATH=str(base), LC_ALL="C.UTF-8")
+        proc_env.update(env or {})
+        proc = subprocess.run(
+            [python, str(module), str(args_file)],
+            capture_output=True,
+            text=True,
+            env=proc_env,
+            cwd=str(workdir),
+            preexec_fn=_demote(user) if user else None,
+            timeout=300,
+            check=False,
+        )
+        return ModuleRun(proc.returncode, proc.stdout, proc.stderr)
+
+    return run
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    """Copy a model fixture from tests/fixtures/models into tmp_path: ``model_dir(name)``."""
+
+    def make(name, dest=None):
+        target = tmp_path / (dest or name)
+        shutil.copytree(FIXTURES / "models" / name, target, symlinks=True)
+        return target
+
+    return make
+
+
+def snapshot(directory):
+    """Every file under ``directory`` with its bytes, link target, mode and owner."""
+    state = {}
+    for path in sorted(Path(directory).rglob("*")):
+        st = path.lstat()
+        entry = {"mode": st.st_mode, "uid": st.st_uid, "gid": st.st_gid}
+        if path.is_symlink():
+            entry["link"] = os.readlink(path)
+        elif path.is_file():
+            entry["bytes"] = path.read_bytes()
+        state[str(path.relative_to(directory))] = entry
+    return state
