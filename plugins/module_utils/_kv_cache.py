@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) 2026, fleet.vllm developers
-# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Where a Hugging Face checkpoint declares its KV-cache quantization, and what vLLM makes of it.
 
 The rules mirror vLLM (late 2026), see docs/kv-cache.md and the sources named there:

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright (c) 2026, fleet.vllm developers
-# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ description:
     so do it only when needed.
   - What was removed is recorded in a small JSON file in the model directory, so that
     O(state=present) puts back exactly the same text at the same place in each file.
-  - Every other byte of the files is kept: key order, indentation, trailing newline, unicode
-    escapes and number spellings. Edits go to a temporary file in the same directory and are
+  - Every other byte of the files is kept, key order, indentation, trailing newline, unicode
+    escapes and number spellings included. Edits go to a temporary file in the same directory and are
     moved into place atomically, keeping the file's mode and owner.
   - A file that is a symbolic link (the Hugging Face cache layout links snapshot files to
     shared blobs) is replaced by a patched regular file; the file it pointed to is never
@@ -32,7 +32,7 @@ description:
     computed with vLLM's rules (C(fp8_e4m3), C(nvfp4), C(fp8), or C(auto) for no KV-cache
     quantization).
 author:
-  - fleet.vllm developers
+  - fleet.vllm developers (@fleet-vllm)
 attributes:
   check_mode:
     support: full
@@ -41,7 +41,9 @@ attributes:
     support: full
     description: Shows the before and after text of each file that changes, including the record file.
   platform:
+    support: full
     platforms: posix
+    description: Runs on the host that holds the model directory.
 options:
   path:
     description:
