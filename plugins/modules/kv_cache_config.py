@@ -114,6 +114,14 @@ kv_cache_dtype_after:
   returned: always
   type: str
   sample: auto
+kv_cache_dtype_checkpoint:
+  description:
+    - KV-cache dtype the checkpoint asks for as downloaded, what vLLM resolves with every
+      declaration in place. Taken from the record when the declarations are stripped, so it
+      is the input for deciding whether the installed vLLM can serve it.
+  returned: always
+  type: str
+  sample: fp8_e4m3
 declared:
   description: The KV-cache declarations found in the files before this task, as C(file:dotted.path).
   returned: always
@@ -199,6 +207,7 @@ class KvCacheConfig(object):
             state=module.params["state"],
             kv_cache_dtype_before="auto",
             kv_cache_dtype_after="auto",
+            kv_cache_dtype_checkpoint="auto",
             declared=[],
             removed=[],
             restored=[],
@@ -400,6 +409,9 @@ class KvCacheConfig(object):
         self.load()
         record = self.load_record()
         self.result["kv_cache_dtype_before"] = self.resolve(self.files)
+        self.result["kv_cache_dtype_checkpoint"] = (
+            (record or {}).get("kv_cache_dtype_before") or self.result["kv_cache_dtype_before"]
+        )
         self.result["declared"] = [_site_name(*site) for site in self.sites(self.files)]
 
         if state == "absent":

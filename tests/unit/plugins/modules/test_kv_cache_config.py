@@ -83,6 +83,7 @@ def test_strip_then_restore_round_trip(run_module, model_dir, name, declared, be
     assert not again.failed, again
     assert again.result["changed"] is False
     assert again.result["kv_cache_dtype_before"] == "auto"
+    assert again.result["kv_cache_dtype_checkpoint"] == before, "the record must keep the checkpoint's dtype"
     stripped = snapshot(model)
 
     check_restore = run_module("kv_cache_config", {"path": str(model), "state": "present"}, check=True)
@@ -111,6 +112,7 @@ def test_model_without_kv_quantization_is_a_noop(run_module, model_dir, name):
     assert run.result["changed"] is False
     assert run.result["declared"] == [] and run.result["removed"] == []
     assert run.result["kv_cache_dtype_before"] == run.result["kv_cache_dtype_after"] == "auto"
+    assert run.result["kv_cache_dtype_checkpoint"] == "auto"
     assert "declares no KV-cache quantization" in run.result["msg"]
     assert "diff" not in run.result
     assert snapshot(model) == original
