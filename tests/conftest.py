@@ -184,3 +184,10 @@ def vllm_venv():
 def vllm_env():
     """Environment for running the real vLLM on this GPU-less machine (facts.md section 2)."""
     return dict(os.environ, VLLM_TARGET_DEVICE="cpu", HF_HUB_OFFLINE="1")
+
+
+@pytest.fixture(scope="session")
+def vllm_venv_old():
+    """The real vLLM 0.16.0 from PyPI: a build from before FP8 KV-cache support in TRITON_MLA
+    on compute capability 12.x (vLLM commit a1257fd1ea93), where the seed failure happens."""
+    return _vllm_venv("0.16.0")

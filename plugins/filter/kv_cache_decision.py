@@ -1,0 +1,108 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, fleet.vllm developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+name: kv_cache_decision
+short_description: Decide whether a checkpoint's KV-cache quantization must be stripped
+version_added: "0.1.0"
+author: fleet.vllm developers (@fleet-vllm)
+description:
+  - Turns the KV-cache policy, the dtype the checkpoint asks for and what the installed vLLM
+    answered (the result of M(fleet.vllm.vllm_probe)) into the state for
+    M(fleet.vllm.kv_cache_config) and a one-line explanation.
+  - With policy V(auto) the checkpoint's quantized KV cache is kept (V(present)) when at least
+    one attention backend of the installed vLLM accepts it on the GPU, and stripped (V(absent))
+    otherwise. V(keep) and V(strip) force the outcome. A checkpoint that declares no KV-cache
+    quantization needs nothing (V(none)).
+options:
+  _input:
+    description: The policy, V(auto), V(keep) or V(strip).
+    type: str
+    required: true
+  checkpoint_dtype:
+    description: The KV-cache dtype the checkpoint declares (RV(fleet.vllm.kv_cache_config#module:kv_cache_dtype_checkpoint)).
+    type: str
+    required: true
+  probe:
+    description: The registered result of M(fleet.vllm.vllm_probe) for that dtype; needed for policy V(auto).
+    type: dict
+    default: {}
+"""
+
+EXAMPLES = r"""
+- name: Decide
+  ansible.builtin.set_fact:
+    decision: "{{ 'auto' | fleet.vllm.kv_cache_decision(checkpoint_dtype='fp8_e4m3', probe=probe_result) }}"
+# decision.state == 'absent' when no backend accepts fp8_e4m3, decision.line explains why
+"""
+
+RETURN = r"""
+_value:
+  description: The decision.
+  type: dict
+  contains:
+    state:
+      description: V(present), V(absent) or V(none) (nothing to manage).
+      type: str
+    reason:
+      description: Why, in a few words.
+      type: str
+    line:
+      description: Policy, evidence and outcome in one line, for the play output.
+      type: str
+"""
+
+from ansible.errors import AnsibleFilterError
+
+POLICIES = ("auto", "keep", "strip")
+
+
+def _backend_summary(probe, limit=4):
+    parts = []
+    for backend in (probe.get("backends") or [])[:limit]:
+        reasons = backend.get("reasons") or []
+        verdict = "accepts" if backend.get("accepts") else "; ".join(str(r) for r in reasons) or "rejects"
+        parts.append("%s: %s" % (backend.get("name", "?"), verdict))
+    return ", ".join(parts)
+
+
+def kv_cache_decision(policy, checkpoint_dtype, probe=None):
+    if policy not in POLICIES:
+        raise AnsibleFilterError(
+            "vllm_kv_cache_policy is %r; use one of %s" % (policy, ", ".join(POLICIES))
+        )
+    probe = probe or {}
+    if checkpoint_dtype in (None, "", "auto"):
+        return dict(state="none", reason="the checkpoint declares no KV-cache quantization",
+                    line="policy %s: the checkpoint declares no KV-cache quantization (bf16 KV cache); nothing to do" % policy)
+    if policy == "strip":
+        return dict(state="absent", reason="policy strip",
+                    line="policy strip: checkpoint asks for %s -> strip (bf16 KV cache, half the context)" % checkpoint_dtype)
+    if policy == "keep":
+        return dict(state="present", reason="policy keep",
+                    line="policy keep: checkpoint asks for %s -> keep it" % checkpoint_dtype)
+    if "backend_available" not in probe or probe.get("failed"):
+        raise AnsibleFilterError(
+            "policy auto needs the result of fleet.vllm.vllm_probe for %s; got %r"
+            % (checkpoint_dtype, probe.get("msg", probe))
+        )
+    evidence = "vLLM %s (%s) on compute capability %s: %s" % (
+        probe.get("vllm_version") or "?",
+        probe.get("decided_by") or "?",
+        probe.get("compute_capability") or "?",
+        _backend_summary(probe) or "no backend answered",
+    )
+    if probe["backend_available"]:
+        return dict(state="present", reason="an attention backend accepts %s" % checkpoint_dtype,
+                    line="policy auto: checkpoint asks for %s; %s -> keep it" % (checkpoint_dtype, evidence))
+    return dict(state="absent", reason="no %s attention backend accepts %s" % (probe.get("attention_kind") or "", checkpoint_dtype),
+                line="policy auto: checkpoint asks for %s; %s -> strip (bf16 KV cache, half the context)" % (checkpoint_dtype, evidence))
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"kv_cache_decision": kv_cache_decision}
