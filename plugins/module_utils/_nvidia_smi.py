@@ -259,7 +259,7 @@ def parse_topology(text):
             break
         cells = [c.strip() for c in raw.split("\t")]
         rows.append((position + 1, raw, cells[0], cells[1:]))
-    labels = [label for dummy, dummy2, label, dummy3 in rows]
+    labels = [row[2] for row in rows]
 
     devices = []
     for title in header:

@@ -15,12 +15,12 @@ description:
     RV(gpu_info) - the GPUs (index, name, UUID, PCI bus id, compute capability, memory, PCIe
     link generation and width), the driver version, the CUDA version the driver supports, and
     the interconnect between every pair of GPUs with the CPU and NUMA affinity of each GPU.
-  - "Commands run, each as an argument list in the C locale: C(nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,
-    compute_cap,memory.total,driver_version,pcie.link.gen.max,pcie.link.gen.current,pcie.link.width.max,
-    pcie.link.width.current --format=csv,noheader,nounits), C(nvidia-smi --version) for the CUDA version
-    (C(CUDA Version), or C(CUDA UMD version) from the 610 drivers on), and C(nvidia-smi topo -m)
-    for the topology. Only when C(--version) gives no CUDA version (older drivers) is plain
-    C(nvidia-smi) run and the CUDA version read from its header."
+  - "Commands run, each as an argument list in the C locale: C(nvidia-smi --query-gpu=FIELDS --format=csv,noheader,nounits)
+    with the fields C(index), C(name), C(uuid), C(pci.bus_id), C(compute_cap), C(memory.total), C(driver_version),
+    C(pcie.link.gen.max), C(pcie.link.gen.current), C(pcie.link.width.max) and C(pcie.link.width.current);
+    C(nvidia-smi --version) for the CUDA version (C(CUDA Version), or C(CUDA UMD version) from the 610 drivers on);
+    and C(nvidia-smi topo -m) for the topology. Only when C(--version) gives no CUDA version (older drivers)
+    is plain C(nvidia-smi) run and the CUDA version read from its header."
   - Fails, saying what to do, when nvidia-smi is missing, when the NVIDIA driver is not loaded
     (nvidia-smi's own message is passed on), when no GPU is found, when the host mixes GPU
     models (unless O(allow_mixed=true)), and when the output cannot be parsed (the line is shown).
@@ -240,7 +240,7 @@ gpu_info:
               sample: [0, 4]
             link:
               description:
-                - The link as C(topo -m) names it. C(NV#) is a bonded set of # NVLinks; the PCIe
+                - The link as C(topo -m) names it. C(NV18) is a bonded set of 18 NVLinks; the PCIe
                   paths by growing length are C(PIX) (one PCIe bridge), C(PXB) (several bridges),
                   C(PHB) (through a host bridge), C(NODE) (between host bridges of one NUMA node),
                   C(SYS) (across the interconnect between NUMA nodes).
