@@ -1,0 +1,699 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, fleet.vllm developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The known ways a vLLM service fails, how each one shows, and what fixes it.
+
+Input is the service's journal as ``journalctl -u UNIT -o cat`` prints it (vLLM log lines such
+as ``(EngineCore_DP0 pid=1234) ERROR 11-29 10:00:00 [core.py:708] message``, raw tracebacks,
+systemd's own lines about the unit), plus what the module found on the host: the service
+state, leftover files in /dev/shm, a check of the model files and an HTTP probe. Output is a
+list of findings, each with the journal lines that prove it, the cause and the fix (the
+variable to set and the playbook and tags to run), and the journal tail that matters.
+
+The texts matched are vLLM's own (vllm/platforms/cuda.py, vllm/v1/core/kv_cache_planning.py,
+vllm/v1/engine/core.py and utils.py, vllm/v1/worker/utils.py), PyTorch's, NCCL's, safetensors'
+and argparse's; see docs/facts.md for the failures and their sources.
+
+Private to the fleet.vllm collection: the interface may change without notice.
+"""
+
+from __future__ import annotations
+
+import re
+
+DEPLOY = "ansible-playbook deploy.yml"
+
+# id -> title, in the order findings are reported: root causes first, the generic one last.
+CATALOGUE = (
+    ("attention_backend", "No attention backend for this KV-cache dtype on this GPU"),
+    ("rejected_flag", "vLLM rejected a command-line flag"),
+    ("gpu_out_of_memory", "Not enough GPU memory for the weights, the KV cache or the context length"),
+    ("nccl", "NCCL error or hang between the GPUs"),
+    ("port_in_use", "The port is already in use"),
+    ("shm_leftovers", "Leftover vLLM files in /dev/shm"),
+    ("model_files", "Model files missing or truncated"),
+    ("completion_hang", "/health answers but completions hang"),
+    ("engine_core_died", "The engine core died"),
+)
+TITLES = dict(CATALOGUE)
+
+SHM_PATTERNS = ("psm_*", "sem.mp-*", "vllm_offload_*")
+
+EVIDENCE_LINES = 4
+EVIDENCE_CHARS = 1000
+TAIL_TRACEBACK_LINES = 60
+TAIL_LINES = 20
+
+# ---- reading journal lines -------------------------------------------------------------------
+
+# "(Worker_TP0 pid=41520) ERROR 11-29 10:02:44 [multiproc_executor.py:772] message"; both parts
+# optional: raw output of a vLLM process has only the process part, vLLM before 0.11 only the
+# level part (and older still "INFO 07-24 08:26:01 file.py:226] message").
+_PREFIX_RE = re.compile(
+    r"^(?:\((?P<proc>[^()]+?) pid=(?P<pid>\d+)\) ?)?"
+    r"(?:(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[^\]\s]+\] ?)?"
+)
+_EXCEPTION_RE = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*\w*(?:Error|Exception|Exit|Interrupt))(?::\s?(?P<text>.*))?$")
+_GENERIC_RE = re.compile(
+    r"WorkerProc initialization failed|Engine core initialization failed|EngineDeadError|EngineCore encountered"
+    r"|EngineGenerateError|Worker proc \S+ died|CancelledError|KeyboardInterrupt|SystemExit"
+)
+_SYSTEMD_START_RE = re.compile(r"^Start(?:ed|ing) \S")
+_SYSTEMD_STOP_RE = re.compile(
+    r"^(?:\S+: (?:Main process exited|Failed with result|Deactivated successfully|Scheduled restart job"
+    r"|State '[\w-]+' timed out|Killing process|Consumed .* CPU time)|Stopped |Failed to start )"
+)
+_READY_RE = re.compile(r"Application startup complete|Starting vLLM (?:API )?server (?:\d+ )?on ")
+
+
+class Line(object):
+    """One journal line: its position, the raw text, the vLLM process and level, the message."""
+
+    __slots__ = ("index", "raw", "proc", "level", "msg")
+
+    def __init__(self, index, raw):
+        self.index = index
+        self.raw = raw
+        match = _PREFIX_RE.match(raw)
+        self.proc = "%s pid=%s" % (match.group("proc"), match.group("pid")) if match.group("proc") else None
+        self.level = match.group("level")
+        self.msg = raw[match.end():]
+
+    @property
+    def systemd(self):
+        """A line systemd wrote about the unit (no vLLM prefix)."""
+        return self.proc is None and self.level is None
+
+    @property
+    def exception(self):
+        match = _EXCEPTION_RE.match(self.msg)
+        return match.group("type") if match else None
+
+
+def parse(text):
+    """Journal text -> list of Line, without journalctl's own markers ("-- No entries --")."""
+    lines = []
+    for raw in (text or "").splitlines():
+        raw = raw.rstrip()
+        if not raw or (raw.startswith("-- ") and raw.endswith(" --")):
+            continue
+        lines.append(Line(len(lines), raw))
+    return lines
+
+
+def runs(lines):
+    """Split at systemd's "Started"/"Starting" lines: one list of lines per start of the unit."""
+    result = [[]]
+    for line in lines:
+        if line.systemd and _SYSTEMD_START_RE.match(line.msg) and result[-1]:
+            result.append([])
+        result[-1].append(line)
+    return [run for run in result if run]
+
+
+def relevant(lines, since_last_start=False):
+    """The lines to analyse: the last start only, or everything since the last start that
+    reached readiness (failures before it were fixed since), or the whole window."""
+    parts = runs(lines)
+    if not parts:
+        return []
+    if since_last_start:
+        return parts[-1]
+    for position in range(len(parts) - 1, -1, -1):
+        if any(_READY_RE.search(line.msg) for line in parts[position]):
+            return [line for part in parts[position:] for line in part]
+    return lines
+
+
+def journal_says_stopped(lines):
+    """True when systemd's lines show the last start ended, False when it started and did not
+    end, None when the text holds no systemd lines."""
+    parts = runs(lines)
+    if not parts:
+        return None
+    last = parts[-1]
+    if any(line.systemd and _SYSTEMD_STOP_RE.match(line.msg) for line in last):
+        return True
+    if any(line.systemd and _SYSTEMD_START_RE.match(line.msg) for line in last):
+        return False
+    return None
+
+
+def _trim(raw):
+    return raw if len(raw) <= EVIDENCE_CHARS else raw[:EVIDENCE_CHARS] + " [...]"
+
+
+def _grep(lines, patterns):
+    """(line, match) for every line whose message matches one of the patterns. Indented lines
+    (the frames and source lines of a traceback) are not messages and are skipped."""
+    hits = []
+    for line in lines:
+        if line.msg[:1].isspace():
+            continue
+        for pattern in patterns:
+            match = pattern.search(line.msg)
+            if match:
+                hits.append((line, match))
+                break
+    return hits
+
+
+def _evidence(lines, limit=EVIDENCE_LINES):
+    """The latest distinct lines (eight workers print the same error), in journal order."""
+    seen = set()
+    chosen = []
+    for line in reversed(lines):
+        key = line.msg.strip()
+        if key in seen:
+            continue
+        seen.add(key)
+        chosen.append(line)
+        if len(chosen) == limit:
+            break
+    return [_trim(line.raw) for line in sorted(chosen, key=lambda item: item.index)]
+
+
+def _finding(fid, evidence, cause, remedy, details=None):
+    return dict(id=fid, title=TITLES[fid], evidence=evidence, cause=cause, remedy=remedy, details=details or {})
+
+
+# ---- tracebacks and the root error -----------------------------------------------------------
+
+
+def root_error(lines):
+    """The first error of the latest start that failed: the first exception line that is not a
+    wrapper vLLM raises on top of the real error (or the first wrapper, when that is all)."""
+    for part in reversed(runs(lines)):
+        errors = [line for line in part if line.exception]
+        if not errors:
+            continue
+        for line in errors:
+            if not _GENERIC_RE.search(line.msg):
+                return line
+        return errors[0]
+    return None
+
+
+def traceback_of(lines, error):
+    """The traceback that ends at ``error``, from the same process, as raw lines (what is left
+    of it when the lines read start inside it)."""
+    same = [line for line in lines if line.proc == error.proc and line.index <= error.index]
+    start = None
+    for position in range(len(same) - 1, -1, -1):
+        if same[position].msg.startswith("Traceback (most recent call last):"):
+            start = position
+            break
+    if start is None:
+        # The window starts inside the traceback: keep the part that is there.
+        start = 0
+    return [line.raw for line in same[start:]]
+
+
+def journal_tail(lines):
+    """What to read when no finding explains the failure: the traceback of the first error of
+    the latest failed start, or the last error lines, or the last lines."""
+    error = root_error(lines)
+    if error is not None:
+        return traceback_of(lines, error)[-TAIL_TRACEBACK_LINES:]
+    errors = [
+        line.raw for line in lines
+        if line.level in ("ERROR", "CRITICAL") or (line.systemd and _SYSTEMD_STOP_RE.match(line.msg))
+    ]
+    if errors:
+        return errors[-TAIL_LINES:]
+    return [line.raw for line in lines[-TAIL_LINES:]]
+
+
+# ---- 1. no valid attention backend ----------------------------------------------------------
+
+_ATTN_RE = re.compile(
+    r"No valid attention backend found for (?P<platform>\w+) with (?P<config>\w+\((?P<fields>.*?)\))\."
+    r" Reasons: (?P<reasons>\{.*\})"
+)
+_FP8_KV_RE = re.compile(r"Using fp8 data type to store kv cache")
+_ATTN_SELECTED_RE = re.compile(r"Selected backend (?P<backend>\S+) is not valid for this configuration\. Reason: (?P<reasons>.+)$")
+_REASON_ENTRY_RE = re.compile(r"([A-Z][A-Z0-9_]*): \[(.*?)\](?=, [A-Z][A-Z0-9_]*: \[|\}$)")
+_CONFIG_FIELD_RE = re.compile(r"(\w+)=([^,]*)")
+
+
+def parse_backend_reasons(text):
+    """vLLM's ``{TRITON_MLA: [kv_cache_dtype not supported], FLASHMLA: [...]}`` -> dict of lists.
+    The reasons are joined with ", " by vLLM, so a reason holding ", " comes back split."""
+    text = text.strip().rstrip(".")
+    return dict(
+        (name, [reason.strip() for reason in reasons.split(", ") if reason.strip()])
+        for name, reasons in _REASON_ENTRY_RE.findall(text)
+    )
+
+
+def parse_selector_config(fields):
+    """``head_size=576, dtype=torch.bfloat16, kv_cache_dtype=fp8_e4m3`` -> dict of strings."""
+    return dict((key, value.strip()) for key, value in _CONFIG_FIELD_RE.findall(fields))
+
+
+def _attention_backend(ctx):
+    hits = _grep(ctx.lines, [_ATTN_RE, _ATTN_SELECTED_RE])
+    if not hits:
+        return None
+    line, match = hits[-1]
+    details = dict(platform=None, kv_cache_dtype=None, selector_config={}, backend_reasons={}, selected_backend=None)
+    if match.re is _ATTN_RE:
+        config = parse_selector_config(match.group("fields"))
+        details.update(
+            platform=match.group("platform"),
+            kv_cache_dtype=config.get("kv_cache_dtype"),
+            selector_config=config,
+            backend_reasons=parse_backend_reasons(match.group("reasons")),
+        )
+    else:
+        details.update(selected_backend=match.group("backend"), backend_reasons={match.group("backend"): [match.group("reasons")]})
+    kv = details["kv_cache_dtype"]
+    reasons = "; ".join("%s: %s" % (name, ", ".join(why)) for name, why in details["backend_reasons"].items())
+    if details["selected_backend"]:
+        cause = ("The attention backend forced with --attention-backend (%s) cannot run this model on this GPU: %s."
+                 % (details["selected_backend"], match.group("reasons")))
+    elif kv and kv.startswith("fp8"):
+        cause = ("No attention backend of this vLLM build accepts kv_cache_dtype=%s on this GPU (%s). The checkpoint "
+                 "declares an FP8 KV cache (kv_cache_scheme in config.json, kv_cache_quant_algo in hf_quant_config.json) "
+                 "and --kv-cache-dtype auto follows it. On compute capability 12.x the only dense MLA backend is TRITON_MLA, "
+                 "which accepts FP8 KV only from vLLM commit a1257fd1ea93 (PR #34597) on." % (kv, reasons))
+    else:
+        cause = "No attention backend of this vLLM build accepts this configuration (kv_cache_dtype=%s) on this GPU (%s)." % (kv, reasons)
+    remedy = ("KV-cache fix: set `vllm_kv_cache_policy: strip` (vLLM then falls back to a bf16 KV cache, which halves the "
+              "context that fits), or upgrade vLLM past commit a1257fd1ea93 by setting `vllm_runtime_commit`; then run "
+              "`%s --tags kv_cache,server` (`--tags runtime,kv_cache,server` with a new commit). Never use "
+              "`--kv-cache-dtype float16` for this bf16 model: it silently produces garbage." % DEPLOY)
+    if details["selected_backend"]:
+        remedy = "Remove `--attention-backend` from `vllm_server_extra_args` and let vLLM choose. " + remedy
+    evidence = _evidence([hit[0] for hit in _grep(ctx.lines, [_FP8_KV_RE])], 1) + _evidence([line])
+    return _finding("attention_backend", evidence, cause, remedy, details)
+
+
+# ---- 2. a flag vLLM rejected -----------------------------------------------------------------
+
+_ARGPARSE_RE = re.compile(r"^(?P<prog>vllm(?: serve)?|[\w.-]+\.py): error: (?P<error>.+)$")
+_FLAG_IN_ERROR_RE = re.compile(r"(?:argument|option:?) (?P<flag>--?[\w-]+)(?:/-[\w-]+)?")
+
+
+def _rejected_flags(error):
+    if error.startswith("unrecognized arguments:"):
+        return [token.split("=", 1)[0] for token in error.split(":", 1)[1].split() if token.startswith("-")]
+    match = _FLAG_IN_ERROR_RE.search(error)
+    return [match.group("flag")] if match else []
+
+
+def _rejected_flag(ctx):
+    hits = _grep(ctx.lines, [_ARGPARSE_RE])
+    if not hits:
+        return None
+    line, match = hits[-1]
+    error = match.group("error")
+    flags = _rejected_flags(error)
+    named = ", ".join("`%s`" % flag for flag in flags) or "the flag named in the error"
+    cause = "The installed vLLM's argument parser refused the command line (%s: error: %s); vLLM exits before it loads anything." % (
+        match.group("prog"), error)
+    remedy = ("Remove or correct %s in `vllm_server_extra_args` (or in the `vllm_server_*` variable that generates it); "
+              "`vllm serve --help=all` in the service's venv lists what the installed vLLM accepts. Then run `%s --tags server`."
+              % (named, DEPLOY))
+    if "--disable-log-requests" in flags:
+        remedy += " `--disable-log-requests` is deprecated and redundant (request logging is off by default): drop it."
+    return _finding("rejected_flag", _evidence([line]), cause, remedy, dict(flags=flags, error=error, program=match.group("prog")))
+
+
+# ---- 3. CUDA out of memory -------------------------------------------------------------------
+
+_OOM_PATTERNS = (
+    ("torch_oom", re.compile(r"(?:torch\.(?:cuda\.)?OutOfMemoryError|CUDA error): (?:CUDA )?out of memory")),
+    ("no_cache_memory", re.compile(r"No available memory for the cache blocks")),
+    ("max_model_len", re.compile(
+        r"To serve at least one request with the model's max seq len \((?P<len>\d+)\), \((?P<need>[\d.]+) GiB KV cache is "
+        r"needed, which is larger than the available KV cache memory \((?P<have>[\d.]+) GiB\)\.(?: Based on the available "
+        r"memory, the estimated maximum model length is (?P<est>\d+)\.)?")),
+    ("max_model_len", re.compile(
+        r"max seq len \((?P<len>\d+)\) is larger than the maximum number of tokens that can be stored in KV cache "
+        r"\((?P<est>\d+)\)")),
+    ("startup_free_memory", re.compile(
+        r"Free memory on device (?P<device>\S+) \((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup is less than desired "
+        r"GPU memory utilization \((?P<util>[\d.]+), (?P<want>[\d.]+) GiB\)")),
+)
+_OOM_TRIED_RE = re.compile(r"Tried to allocate (?P<tried>[\d.]+ [GM]iB)\. GPU (?P<gpu>\d+) has a total capacity of (?P<total>[\d.]+ GiB)"
+                           r" of which (?P<free>[\d.]+ [GM]iB) is free")
+
+
+def _gpu_out_of_memory(ctx):
+    hits = []
+    for line in ctx.lines:
+        for kind, pattern in _OOM_PATTERNS:
+            match = pattern.search(line.msg)
+            if match:
+                hits.append((line, kind, match))
+                break
+    if not hits:
+        return None
+    line, kind, match = hits[-1]
+    groups = match.groupdict()
+    details = dict(kind=kind, max_model_len=None, estimated_max_model_len=None, gpu_memory_utilization=None)
+    if groups.get("len"):
+        details["max_model_len"] = int(groups["len"])
+    if groups.get("est"):
+        details["estimated_max_model_len"] = int(groups["est"])
+    if groups.get("util"):
+        details["gpu_memory_utilization"] = float(groups["util"])
+    tail = " Then run `%s --tags server`." % DEPLOY
+    if kind == "max_model_len":
+        estimate = details["estimated_max_model_len"]
+        fits = " (vLLM estimates %s fit)" % estimate if estimate else ""
+        cause = ("The KV cache that fits in the memory left after the weights is smaller than one request of the model's "
+                 "max seq len (%s tokens)%s. A bf16 KV cache (after `vllm_kv_cache_policy: strip`) needs twice the memory "
+                 "per token of an FP8 one." % (details["max_model_len"], fits))
+        remedy = ("Set `vllm_server_max_model_len` to %s or less, or raise `vllm_server_gpu_memory_utilization` if the GPUs "
+                  "have headroom." % (estimate if estimate else "what fits") + tail)
+    elif kind == "startup_free_memory":
+        cause = ("When vLLM started, GPU %s had only %s GiB of %s GiB free, less than vllm_server_gpu_memory_utilization "
+                 "(%s) asks for: another process holds GPU memory, often an EngineCore or worker left by an earlier hard "
+                 "kill (vLLM #55510)." % (groups["device"], groups["free"], groups["total"], groups["util"]))
+        remedy = ("Find the process with `nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv` and stop "
+                  "it (`%s --tags server` stops orphaned vLLM processes before it starts the service), or lower "
+                  "`vllm_server_gpu_memory_utilization`; `vllm_server_max_model_len` bounds what the KV cache then needs."
+                  % DEPLOY) + tail
+    elif kind == "no_cache_memory":
+        cause = ("After loading the weights and profiling a forward pass, no GPU memory is left for the KV cache within "
+                 "vllm_server_gpu_memory_utilization.")
+        remedy = ("Raise `vllm_server_gpu_memory_utilization` (e.g. 0.92) and lower `vllm_server_max_model_len`; check with "
+                  "`nvidia-smi` that no other process holds GPU memory." + tail)
+    else:
+        tried = _OOM_TRIED_RE.search(line.msg)
+        where = (" (GPU %s: tried to allocate %s with %s free of %s)" % (tried.group("gpu"), tried.group("tried"),
+                                                                         tried.group("free"), tried.group("total"))
+                 if tried else "")
+        cause = ("PyTorch ran out of GPU memory%s: the weights, activations and CUDA graphs do not fit in what "
+                 "vllm_server_gpu_memory_utilization leaves, or another process holds GPU memory." % where)
+        remedy = ("Lower `vllm_server_gpu_memory_utilization` (it leaves the rest for CUDA graphs and activations) and "
+                  "`vllm_server_max_model_len`; check with `nvidia-smi` that no other process holds GPU memory." + tail)
+    return _finding("gpu_out_of_memory", _evidence([hit[0] for hit in hits]), cause, remedy, details)
+
+
+# ---- 4. NCCL errors and hangs ----------------------------------------------------------------
+
+_NCCL_ERROR_RES = (
+    re.compile(r"NCCL error"),
+    re.compile(r"\bncclInternalError|ncclUnhandledCudaError|ncclSystemError|ncclInvalidUsage|ncclRemoteError\b"),
+    re.compile(r"Watchdog caught collective operation timeout"),
+    re.compile(r"NCCL communicator was aborted"),
+)
+_NCCL_ERROR_TEXT_RE = re.compile(r"NCCL error(?: in: \S+)?[,:] (?P<error>.+?)(?: \(run with NCCL_DEBUG=INFO for details\)|,? *$)")
+_NCCL_WARN_RE = re.compile(r"NCCL WARN ")
+_NCCL_STAGE_RE = re.compile(
+    r"init_distributed_environment|world_size=\d+ rank=\d+ .*backend=nccl|vLLM is using nccl==|NCCL INFO |PyNcclCommunicator"
+)
+_PAST_NCCL_RE = re.compile(
+    r"rank \d+ in world size \d+ is assigned as|Custom allreduce is disabled|Starting to load model"
+    r"|Loading safetensors checkpoint shards|Loading weights took|Model loading took|Available KV cache memory"
+    r"|GPU KV cache size|Application startup complete"
+)
+_HANG_END_RE = re.compile(
+    r"start operation timed out|Failed with result 'timeout'|State 'stop-sigterm' timed out"
+    r"|No available shared memory broadcast block found"
+)
+
+
+def _nccl_hang(lines):
+    """The last NCCL set-up line and the line that ended the wait, for a start that stopped in
+    NCCL set-up (killed by a timeout, or vLLM reporting that the workers do not answer)."""
+    for part in reversed(runs(lines)):
+        stage = past = None
+        for line in part:
+            if _NCCL_STAGE_RE.search(line.msg):
+                stage = line
+            elif _PAST_NCCL_RE.search(line.msg):
+                past = line
+        if stage is None or (past is not None and past.index > stage.index):
+            continue
+        for line in part:
+            if line.index > stage.index and _HANG_END_RE.search(line.msg):
+                return stage, line
+    return None
+
+
+def _nccl(ctx):
+    hits = _grep(ctx.lines, _NCCL_ERROR_RES)
+    hang = None if hits else _nccl_hang(ctx.lines)
+    if not hits and hang is None:
+        return None
+    details = dict(kind=None, nccl_error=None)
+    if hits:
+        evidence_lines = [hit[0] for hit in hits]
+        timeout = [hit for hit in hits if "Watchdog" in hit[0].msg]
+        details["kind"] = "timeout" if timeout and len(timeout) == len(hits) else "error"
+        for line, dummy in hits:
+            text = _NCCL_ERROR_TEXT_RE.search(line.msg)
+            if text:
+                details["nccl_error"] = text.group("error").strip()
+        warns = [line for line in ctx.lines if _NCCL_WARN_RE.search(line.msg)]
+        evidence = _evidence(warns, 1) + _evidence(evidence_lines, EVIDENCE_LINES - 1) if warns else _evidence(evidence_lines)
+        what = ("an NCCL collective timed out" if details["kind"] == "timeout"
+                else "NCCL failed (%s)" % (details["nccl_error"] or hits[-1][0].msg.strip()))
+        cause = "Between the tensor-parallel workers %s." % what
+    else:
+        details["kind"] = "hang"
+        stage, end = hang
+        evidence = _evidence([stage, end], 2)
+        cause = ("The start stopped in NCCL set-up (init_distributed_environment / the first all-reduce) and never went on "
+                 "to load the model: the workers hang waiting for each other.")
+    cause += (" On PCIe-only RTX PRO 6000 hosts this traces mostly to IOMMU/ACS redirecting peer-to-peer traffic, or to an "
+              "NCCL_P2P_LEVEL above what the topology supports (vLLM #33041, NVIDIA/nccl #1999).")
+    remedy = ("Read the topology with `nvidia-smi topo -m`; set `vllm_nccl_env` with `NCCL_P2P_DISABLE: \"1\"` (the "
+              "documented fallback), or lower `NCCL_P2P_LEVEL` in it to what the topology supports, and run "
+              "`%s --tags nccl,server`. The lasting fix is to disable ACS in the BIOS and the IOMMU (or set iommu=pt) on "
+              "the kernel command line." % DEPLOY)
+    return _finding("nccl", evidence, cause, remedy, details)
+
+
+# ---- 5. port in use --------------------------------------------------------------------------
+
+_PORT_RES = (
+    re.compile(r"\[Errno 98\] (?:error while attempting to bind on address|Address already in use)"),
+    re.compile(r"error while attempting to bind on address"),
+    re.compile(r"EADDRINUSE|[Aa]ddress already in use"),
+)
+_BIND_ADDRESS_RE = re.compile(r"bind on address \('(?P<host>[^']*)', (?P<port>\d+)\)")
+_ARGS_PORT_RE = re.compile(r"non-default args: \{.*'port': (?P<port>\d+)")
+_INTERNAL_PORT_RE = re.compile(r"ZMQError|zmq|c10d|TCPStore|port: (?P<port>\d+), useIpv6")
+
+
+def _port_in_use(ctx):
+    # vLLM picks its internal ports itself and retries a taken one ("... Retrying with a new port").
+    hits = [hit for hit in _grep(ctx.lines, _PORT_RES) if "Retrying" not in hit[0].msg]
+    if not hits:
+        return None
+    line, dummy = hits[-1]
+    bind = _BIND_ADDRESS_RE.search(line.msg)
+    internal = _INTERNAL_PORT_RE.search(line.msg)
+    port = None
+    if bind:
+        port = int(bind.group("port"))
+    elif internal and internal.group("port"):
+        port = int(internal.group("port"))
+    elif not internal:
+        configured = _grep(ctx.lines, [_ARGS_PORT_RE])
+        port = int(configured[-1][1].group("port")) if configured else 8000
+    details = dict(port=port, internal=bool(internal))
+    shown = str(port) if port else "the one in the error"
+    if internal:
+        cause = ("A port vLLM opens between its own processes (%s) is taken: usually by vLLM processes left from an earlier "
+                 "start, which survive a hard kill (vLLM #55510)." % shown)
+    else:
+        cause = "The API server cannot listen on port %s: another process holds it." % shown
+    remedy = ("Find the holder with `ss -ltnp 'sport = :%s'`. If it is a vLLM left from an earlier start, stop it (`%s "
+              "--tags server` stops orphaned vLLM processes before it starts the service); otherwise set `vllm_server_port` "
+              "to a free port and run `%s --tags server`." % (port or "PORT", DEPLOY, DEPLOY))
+    return _finding("port_in_use", _evidence([hit[0] for hit in hits]), cause, remedy, details)
+
+
+# ---- 6. leftover /dev/shm files --------------------------------------------------------------
+
+_SHM_RES = (
+    re.compile(r"FileExistsError: \[Errno 17\] File exists: '(?P<file>/(?:dev/shm/)?[^/']+)'"),
+    re.compile(r"Insufficient space in (?P<dir>\S*shm\S*) for"),
+)
+
+
+def _shm_leftovers(ctx):
+    hits = _grep(ctx.lines, _SHM_RES)
+    leftovers = ctx.shm_files or []
+    stopped = ctx.stopped
+    if not hits and not (leftovers and stopped):
+        return None
+    named = [hit[1].group("file") for hit in hits if hit[1].groupdict().get("file")]
+    evidence = _evidence([hit[0] for hit in hits], 2) if hits else []
+    for entry in leftovers[:EVIDENCE_LINES]:
+        evidence.append("%s (owner %s, %d bytes)" % (entry["path"], entry["owner"], entry["size"]))
+    if len(leftovers) > EVIDENCE_LINES:
+        evidence.append("... and %d more" % (len(leftovers) - EVIDENCE_LINES))
+    own = [entry["path"] for entry in leftovers if entry["owner"] == ctx.service_user]
+    state = ("the service is stopped" if stopped else "the service is running" if stopped is False
+             else "the service state is unknown")
+    cause = ("Shared-memory queues (psm_*), semaphores (sem.mp-*) or offload buffers (vllm_offload_*) of an earlier vLLM "
+             "were left behind by a crash or a hard kill; they fill /dev/shm or collide with the next start and can turn "
+             "one crash into a crash loop.")
+    if ctx.shm_files is not None:
+        cause += " Found %d such file(s), %d owned by %s; %s." % (len(leftovers), len(own), ctx.service_user, state)
+    if named:
+        cause += " The journal names %s." % ", ".join(sorted(set(named)))
+    removable = " ".join(own[:EVIDENCE_LINES]) + (" ..." if len(own) > EVIDENCE_LINES else "")
+    remedy = ("Run `%s --tags server`: the vllm_server role removes them before it starts the service. By hand: stop the "
+              "service, then remove only the files owned by `%s` (%s); files of other users belong to other programs."
+              % (DEPLOY, ctx.service_user, removable or "none found now"))
+    if stopped is False:
+        remedy += " While the service runs, its own files are in use: leave them."
+    return _finding("shm_leftovers", evidence, cause, remedy, dict(files=[entry["path"] for entry in leftovers],
+                                                                   owned_by_service_user=own, journal_names=sorted(set(named)),
+                                                                   in_journal=bool(hits)))
+
+
+# ---- 7. model files missing or truncated -----------------------------------------------------
+
+_MODEL_RES = (
+    re.compile(r"SafetensorError: (?P<error>.+)$"),
+    re.compile(r"FileNotFoundError: (?:\[Errno 2\] )?No such file or directory: '?(?P<file>\S+?\.safetensors)'?$"),
+    re.compile(r"Cannot find any model weights with"),
+    re.compile(r"Following weights were not initialized from checkpoint"),
+    re.compile(r"incomplete metadata, file not fully covered|MetadataIncompleteBuffer|HeaderTooLarge"),
+)
+
+
+def _model_files(ctx):
+    hits = _grep(ctx.lines, _MODEL_RES)
+    check = ctx.model_check or {}
+    problems = check.get("problems") or []
+    if not hits and not problems:
+        return None
+    evidence = _evidence([hit[0] for hit in hits], 3) if hits else []
+    evidence.extend(problems[:EVIDENCE_LINES])
+    journal_files = sorted(set(hit[1].group("file") for hit in hits if hit[1].groupdict().get("file")))
+    errors = sorted(set(hit[1].group("error") for hit in hits if hit[1].groupdict().get("error")))
+    parts = []
+    if errors:
+        parts.append("safetensors could not read a shard (%s); its error does not name the file" % "; ".join(errors))
+    if journal_files:
+        parts.append("vLLM could not open %s" % ", ".join(journal_files))
+    if hits and not errors and not journal_files:
+        parts.append("vLLM found weights missing from the checkpoint")
+    if problems:
+        parts.append("the check of %s found %d problem(s): %s" % (check.get("path"), len(problems), "; ".join(problems[:EVIDENCE_LINES])))
+    elif hits and not check.get("checked"):
+        parts.append("set model_path to name the bad shard")
+    cause = ("The model snapshot is incomplete: %s. huggingface_hub does not re-check sizes, so a shard truncated by a "
+             "killed download stays truncated." % "; ".join(parts))
+    remedy = ("Run `%s --tags weights`: the vllm_weights role verifies every shard against the safetensors index and its "
+              "size and fetches what is missing or short; then restart the service with `%s --tags server`." % (DEPLOY, DEPLOY))
+    return _finding("model_files", evidence, cause, remedy, dict(journal_files=journal_files, safetensors_errors=errors,
+                                                                 check_problems=problems, in_journal=bool(hits)))
+
+
+# ---- 8. /health answers, completions hang ----------------------------------------------------
+
+_STALL_RE = re.compile(r"No available shared memory broadcast block found|Running: 0 reqs, Waiting: [1-9]\d* reqs")
+
+
+def _completion_hang(ctx):
+    endpoint = ctx.endpoint or {}
+    if not endpoint.get("hang"):
+        return None
+    evidence = [
+        "GET %s/health -> %s" % (endpoint["base_url"], endpoint["health_status"]),
+        "POST %s/v1/chat/completions (model %s, max_tokens 1) -> no answer within %s s"
+        % (endpoint["base_url"], endpoint["model"], endpoint["timeout"]),
+    ]
+    evidence.extend(_evidence([hit[0] for hit in _grep(ctx.lines, [_STALL_RE])], 2))
+    cause = ("/health answers 200 but a one-token chat completion did not finish within %s s: the API server process is "
+             "alive while the engine core is dead or stuck, which /health does not see (vLLM issue #39863)."
+             % endpoint["timeout"])
+    remedy = ("Restart the service (`systemctl restart %s`; loading the model again takes many minutes), then confirm "
+              "with `ansible-playbook playbooks/verify.yml`. If it recurs, the engine usually hangs in NCCL: set "
+              "`vllm_nccl_env` with `NCCL_P2P_DISABLE: \"1\"` and run `%s --tags nccl,server`." % (ctx.unit, DEPLOY))
+    return _finding("completion_hang", evidence, cause, remedy, dict(timeout=endpoint["timeout"], model=endpoint["model"]))
+
+
+# ---- 9. engine core died ---------------------------------------------------------------------
+
+_ENGINE_DIED_RE = re.compile(
+    r"EngineCore failed to start|Engine core initialization failed|EngineDeadError|EngineCore encountered"
+    r"|Worker proc \S+ died unexpectedly|WorkerProc failed to start"
+)
+
+
+def _engine_core_died(ctx):
+    hits = _grep(ctx.lines, [_ENGINE_DIED_RE])
+    endpoint = ctx.endpoint or {}
+    dead_health = endpoint.get("health_status") == 503
+    if not hits and not dead_health:
+        return None
+    root = root_error(ctx.lines)
+    if root is not None and _GENERIC_RE.search(root.msg):
+        root = None
+    evidence = []
+    if root is not None:
+        evidence.append(_trim(root.raw))
+    evidence.extend(_evidence([hit[0] for hit in hits], 2))
+    if dead_health:
+        evidence.append("GET %s/health -> 503" % endpoint["base_url"])
+    if root is not None:
+        cause = "The engine core process died; the first error above it is: %s" % root.msg.strip()
+    else:
+        cause = ("The engine core process died and no error precedes it in the journal lines read: raise journal_lines, "
+                 "or look at journal_tail.")
+    remedy = ("Fix the first error (its traceback is in journal_tail), then run `%s --tags server`. If it is not a known "
+              "failure, report it upstream with journal_tail and the vLLM version (`vllm_runtime_commit`)." % DEPLOY)
+    return _finding("engine_core_died", evidence, cause, remedy,
+                    dict(root_error=root.msg.strip() if root is not None else None,
+                         root_exception=root.exception if root is not None else None))
+
+
+# ---- putting it together ---------------------------------------------------------------------
+
+_JOURNAL_RULES = (_attention_backend, _rejected_flag, _gpu_out_of_memory, _nccl, _port_in_use, _shm_leftovers,
+                  _model_files, _completion_hang)
+
+
+class _Context(object):
+    def __init__(self, **kwargs):
+        self.__dict__.update(kwargs)
+
+
+def diagnose(journal_text, unit="vllm.service", service_user="vllm", since_last_start=False, stopped=None,
+             shm_files=None, model_check=None, endpoint=None):
+    """Findings for a service from its journal text and what was found on the host.
+
+    ``stopped``: True/False when the service state is known, None to read it from the journal.
+    ``shm_files``: dicts with path, owner, size. ``model_check``: a dict with ``problems``
+    (list of str), ``path``, ``checked``. ``endpoint``: the HTTP probe's result.
+
+    Returns dict(findings=[...], journal_tail=[...], journal_stopped=bool or None,
+    has_error=bool, lines_read=int, lines_analysed=int)."""
+    every = parse(journal_text)
+    lines = relevant(every, since_last_start)
+    stopped_now = journal_says_stopped(lines)
+    ctx = _Context(lines=lines, unit=unit, service_user=service_user,
+                   stopped=stopped_now if stopped is None else stopped,
+                   shm_files=shm_files, model_check=model_check, endpoint=endpoint)
+    findings = [finding for finding in (rule(ctx) for rule in _JOURNAL_RULES) if finding]
+    # The engine core dying is the consequence of the errors above; it is the finding only when
+    # none of them explains it from the journal.
+    if not any(finding["details"].get("in_journal", True) for finding in findings if finding["id"] != "completion_hang"):
+        died = _engine_core_died(ctx)
+        if died:
+            findings.append(died)
+    return dict(
+        findings=findings,
+        journal_tail=journal_tail(lines),
+        journal_stopped=stopped_now,
+        has_error=root_error(lines) is not None,
+        lines_read=len(every),
+        lines_analysed=len(lines),
+    )
+
+
+def journal_stopped(journal_text, since_last_start=False):
+    """What the journal text says of the service: stopped (True), started (False), or None."""
+    return journal_says_stopped(relevant(parse(journal_text), since_last_start))

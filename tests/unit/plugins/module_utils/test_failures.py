@@ -1,0 +1,382 @@
+"""The failure catalogue (plugins/module_utils/_failures.py) on journal excerpts.
+
+The excerpts under tests/fixtures/journal are what ``journalctl -u vllm.service -o cat`` shows
+for each failure; tests/fixtures/journal/README.md says where each text comes from.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import FIXTURES
+
+from ansible_collections.fleet.vllm.plugins.module_utils import _failures
+from ansible_collections.fleet.vllm.plugins.module_utils._failures import CATALOGUE, diagnose, parse_backend_reasons
+
+JOURNAL = FIXTURES / "journal"
+
+SEED_REASONS = {
+    "FLASH_ATTN_MLA": ["kv_cache_dtype not supported", "compute capability not supported",
+                       "FlashAttention MLA not supported on this device"],
+    "FLASHMLA": ["compute capability not supported", "FlashMLA Dense is only supported on Hopper devices."],
+    "FLASHINFER_MLA": ["compute capability not supported"],
+    "TRITON_MLA": ["kv_cache_dtype not supported"],
+    "FLASHMLA_SPARSE": ["kv_cache_dtype not supported", "non-sparse not supported", "compute capability not supported"],
+}
+
+
+def journal(name):
+    return (JOURNAL / name).read_text(encoding="utf-8")
+
+
+def only(findings, fid):
+    matching = [finding for finding in findings if finding["id"] == fid]
+    assert len(matching) == 1, findings
+    return matching[0]
+
+
+# fixture, the one finding expected, a key line the evidence must hold, what the remedy must name
+CASES = [
+    pytest.param("attention-backend-fp8-sm120.txt", "attention_backend",
+                 "ValueError: No valid attention backend found for cuda with AttentionSelectorConfig(head_size=576, "
+                 "dtype=torch.bfloat16, kv_cache_dtype=fp8_e4m3",
+                 ["`vllm_kv_cache_policy: strip`", "`vllm_runtime_commit`", "ansible-playbook deploy.yml --tags kv_cache,server"],
+                 id="attention-backend"),
+    pytest.param("rejected-flag.txt", "rejected_flag", "vllm: error: unrecognized arguments: --enable-reasoning",
+                 ["`--enable-reasoning`", "`vllm_server_extra_args`", "ansible-playbook deploy.yml --tags server"],
+                 id="rejected-flag"),
+    pytest.param("oom-max-model-len.txt", "gpu_out_of_memory",
+                 "ValueError: To serve at least one request with the model's max seq len (262144), (17.16 GiB KV cache",
+                 ["`vllm_server_max_model_len` to 150800 or less", "`vllm_server_gpu_memory_utilization`",
+                  "ansible-playbook deploy.yml --tags server"],
+                 id="max-model-len"),
+    pytest.param("nccl-unhandled-cuda-error.txt", "nccl",
+                 "RuntimeError: NCCL error: unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
+                 ["`vllm_nccl_env`", "`NCCL_P2P_DISABLE: \"1\"`", "`NCCL_P2P_LEVEL`", "ansible-playbook deploy.yml --tags nccl,server"],
+                 id="nccl-error"),
+    pytest.param("nccl-hang-init.txt", "nccl", "vllm.service: State 'stop-sigterm' timed out. Killing.",
+                 ["`vllm_nccl_env`", "ansible-playbook deploy.yml --tags nccl,server"],
+                 id="nccl-hang"),
+    pytest.param("port-in-use.txt", "port_in_use", "OSError: [Errno 98] Address already in use",
+                 ["`vllm_server_port`", "ss -ltnp 'sport = :8000'", "ansible-playbook deploy.yml --tags server"],
+                 id="port-in-use"),
+    pytest.param("shm-file-exists.txt", "shm_leftovers", "FileExistsError: [Errno 17] File exists: '/psm_3f9a1c2e'",
+                 ["ansible-playbook deploy.yml --tags server", "owned by `vllm`"],
+                 id="shm-file-exists"),
+    pytest.param("shm-insufficient-space.txt", "shm_leftovers",
+                 "RuntimeError: Insufficient space in /dev/shm for shared-memory allocation: 240 MiB required, 37 MiB free",
+                 ["ansible-playbook deploy.yml --tags server", "owned by `vllm`"],
+                 id="shm-full"),
+    pytest.param("model-truncated-shard.txt", "model_files",
+                 "safetensors_rust.SafetensorError: Error while deserializing header: incomplete metadata, file not fully covered",
+                 ["ansible-playbook deploy.yml --tags weights", "vllm_weights"],
+                 id="truncated-shard"),
+    pytest.param("engine-core-died.txt", "engine_core_died",
+                 "RuntimeError: Worker failed with error 'CUDA error: an illegal memory access was encountered",
+                 ["journal_tail", "`vllm_runtime_commit`", "ansible-playbook deploy.yml --tags server"],
+                 id="engine-core-died"),
+]
+
+
+@pytest.mark.parametrize("name, fid, key_line, remedy_names", CASES)
+def test_each_failure_is_named_with_its_evidence_and_fix(name, fid, key_line, remedy_names):
+    result = diagnose(journal(name))
+    assert [finding["id"] for finding in result["findings"]] == [fid]
+    finding = result["findings"][0]
+    assert finding["title"] == dict(CATALOGUE)[fid]
+    assert any(key_line in line for line in finding["evidence"]), finding["evidence"]
+    assert 1 <= len(finding["evidence"]) <= _failures.EVIDENCE_LINES
+    for name_in_remedy in remedy_names:
+        assert name_in_remedy in finding["remedy"], finding["remedy"]
+    assert finding["cause"]
+    assert result["journal_stopped"] is True
+    # Evidence lines are journal lines as they are, not re-worded.
+    journal_lines = set(journal(name).splitlines())
+    assert [line for line in finding["evidence"] if line in journal_lines] == finding["evidence"]
+
+
+def test_seed_failure_reasons_and_dtype_are_extracted():
+    result = diagnose(journal("attention-backend-fp8-sm120.txt"))
+    finding = only(result["findings"], "attention_backend")
+    details = finding["details"]
+    assert details["backend_reasons"] == SEED_REASONS
+    assert details["kv_cache_dtype"] == "fp8_e4m3"
+    assert details["platform"] == "cuda"
+    assert details["selector_config"]["head_size"] == "576"
+    assert details["selector_config"]["use_mla"] == "True"
+    assert details["selector_config"]["use_sparse"] == "False"
+    assert "TRITON_MLA: kv_cache_dtype not supported" in finding["cause"]
+    assert "a1257fd1ea93" in finding["cause"]
+    assert "Never use `--kv-cache-dtype float16`" in finding["remedy"]
+    # The checkpoint's FP8 decision is shown next to the error.
+    assert "Using fp8 data type to store kv cache" in finding["evidence"][0]
+    # Eight workers print the same error: it is shown once.
+    assert sum("No valid attention backend" in line for line in finding["evidence"]) == 1
+
+
+def test_seed_failure_tail_is_the_first_workers_traceback():
+    tail = diagnose(journal("attention-backend-fp8-sm120.txt"))["journal_tail"]
+    assert tail[0].endswith("Traceback (most recent call last):")
+    assert tail[-1].endswith("ValueError: No valid attention backend found for cuda with " + tail[-1].split(" with ", 1)[1])
+    assert tail[-1].endswith("non-sparse not supported, compute capability not supported]}.")
+    assert "(Worker_TP0 pid=41520)" in tail[0] and "(Worker_TP0 pid=41520)" in tail[-1]
+    assert all(line.startswith("(Worker_TP0 pid=41520) ") for line in tail)
+    assert any('platforms/cuda.py", line 389, in get_attn_backend_cls' in line for line in tail)
+
+
+def test_seed_failure_is_found_in_the_last_400_lines():
+    """What `journalctl -n 400` returns of the seed failure: the start and the first workers'
+    tracebacks are cut off."""
+    window = "\n".join(journal("attention-backend-fp8-sm120.txt").splitlines()[-400:])
+    assert "Started vllm.service" not in window and "(Worker_TP0 pid=41520) ERROR" not in window
+    result = diagnose(window)
+    assert [finding["id"] for finding in result["findings"]] == ["attention_backend"]
+    assert result["findings"][0]["details"]["backend_reasons"] == SEED_REASONS
+    assert result["journal_stopped"] is True
+    tail = result["journal_tail"]
+    assert tail[-1].endswith("compute capability not supported]}.")
+    # The first worker in the window: its traceback without the head that was cut off.
+    assert tail == [line for line in window.splitlines() if line.startswith("(Worker_TP2 pid=41522) ERROR")]
+    assert len(tail) == 6 and not any("Traceback" in line for line in tail)
+
+
+def test_engine_core_death_is_not_reported_when_its_cause_is_known():
+    for name in ("attention-backend-fp8-sm120.txt", "nccl-unhandled-cuda-error.txt", "model-truncated-shard.txt",
+                 "shm-insufficient-space.txt"):
+        assert "EngineCore failed to start" in journal(name) or "Engine core initialization failed" in journal(name)
+        assert "engine_core_died" not in [finding["id"] for finding in diagnose(journal(name))["findings"]], name
+
+
+def test_engine_core_death_points_at_the_first_error_above_it():
+    finding = only(diagnose(journal("engine-core-died.txt"))["findings"], "engine_core_died")
+    assert finding["details"]["root_exception"] == "RuntimeError"
+    assert finding["details"]["root_error"] == (
+        "RuntimeError: Worker failed with error 'CUDA error: an illegal memory access was encountered")
+    assert finding["cause"].endswith("the first error above it is: " + finding["details"]["root_error"])
+    assert any("EngineDeadError" in line for line in finding["evidence"])
+
+
+def test_unknown_failure_gives_the_tail_and_no_finding():
+    result = diagnose(journal("unknown-import-error.txt"))
+    assert result["findings"] == []
+    assert result["has_error"] is True
+    assert result["journal_stopped"] is True
+    assert result["journal_tail"][0] == "Traceback (most recent call last):"
+    assert result["journal_tail"][-1] == "ImportError: libcudart.so.13: cannot open shared object file: No such file or directory"
+    assert len(result["journal_tail"]) == 10
+
+
+def test_unknown_failure_without_traceback_gives_the_error_lines():
+    text = "\n".join([
+        "Started vllm.service - vLLM OpenAI-compatible server (nvidia/Kimi-K2.5-NVFP4).",
+        "(APIServer pid=9) INFO 11-29 10:00:00 [api_server.py:1272] vLLM API server version 0.33.0",
+        "(APIServer pid=9) ERROR 11-29 10:00:01 [entry.py:188] Something no rule knows went wrong",
+        "vllm.service: Main process exited, code=exited, status=1/FAILURE",
+        "vllm.service: Failed with result 'exit-code'.",
+    ])
+    result = diagnose(text)
+    assert result["findings"] == []
+    assert result["journal_tail"] == text.splitlines()[2:]
+
+
+def test_healthy_journal_gives_no_finding():
+    result = diagnose(journal("healthy.txt"))
+    assert result["findings"] == []
+    assert result["has_error"] is False
+    assert result["journal_stopped"] is False
+    assert result["journal_tail"] == journal("healthy.txt").splitlines()[-_failures.TAIL_LINES:]
+
+
+def test_failure_fixed_since_is_not_reported():
+    """An old failed start followed by a start that reached readiness: nothing to report."""
+    text = journal("attention-backend-fp8-sm120.txt") + journal("healthy.txt")
+    assert diagnose(text)["findings"] == []
+
+
+def test_crash_loop_still_loading_reports_the_previous_start():
+    restart = ("vllm.service: Scheduled restart job, restart counter is at 2.\n"
+               "Stopped vllm.service - vLLM OpenAI-compatible server (nvidia/Kimi-K2.5-NVFP4).\n")
+    loading = "\n".join(journal("healthy.txt").splitlines()[:12]) + "\n"
+    text = journal("attention-backend-fp8-sm120.txt") + restart + loading
+    result = diagnose(text)
+    assert [finding["id"] for finding in result["findings"]] == ["attention_backend"]
+    assert result["journal_stopped"] is False
+    # Only the current start: it is still loading and has failed at nothing yet.
+    assert diagnose(text, since_last_start=True)["findings"] == []
+    assert diagnose(text, since_last_start=True)["lines_analysed"] == 12
+
+
+INLINE = [
+    pytest.param(
+        "(Worker_TP5 pid=41525) ERROR 11-29 10:09:12 [multiproc_executor.py:772] torch.OutOfMemoryError: CUDA out of memory. "
+        "Tried to allocate 1.76 GiB. GPU 5 has a total capacity of 94.97 GiB of which 1.31 GiB is free. Including non-PyTorch "
+        "memory, this process has 93.64 GiB memory in use.",
+        "gpu_out_of_memory", dict(kind="torch_oom"), "GPU 5: tried to allocate 1.76 GiB with 1.31 GiB free of 94.97 GiB",
+        id="torch-oom"),
+    pytest.param(
+        "(Worker_TP0 pid=41520) ERROR 11-29 10:09:12 [multiproc_executor.py:772] ValueError: Free memory on device cuda:0 "
+        "(41.2/94.97 GiB) on startup is less than desired GPU memory utilization (0.92, 87.37 GiB). Decrease GPU memory "
+        "utilization or reduce GPU memory used by other processes.",
+        "gpu_out_of_memory", dict(kind="startup_free_memory", gpu_memory_utilization=0.92), "vLLM #55510", id="startup-free-memory"),
+    pytest.param(
+        "(EngineCore_DP0 pid=41388) ERROR 11-29 10:09:12 [core.py:946] ValueError: No available memory for the cache blocks. "
+        "Try increasing `gpu_memory_utilization` when initializing the engine.",
+        "gpu_out_of_memory", dict(kind="no_cache_memory"), "no GPU memory is left for the KV cache", id="no-cache-blocks"),
+    pytest.param(
+        "ERROR 06-11 10:09:12 [core.py:515] ValueError: The model's max seq len (262144) is larger than the maximum number of "
+        "tokens that can be stored in KV cache (89216). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` "
+        "when initializing the engine.",
+        "gpu_out_of_memory", dict(kind="max_model_len", max_model_len=262144, estimated_max_model_len=89216),
+        "vLLM estimates 89216 fit", id="old-max-seq-len-text"),
+    pytest.param(
+        "api_server.py: error: argument --kv-cache-dtype: invalid choice: 'float17' (choose from auto, bfloat16, fp8, fp8_e4m3)",
+        "rejected_flag", dict(flags=["--kv-cache-dtype"], program="api_server.py"), "invalid choice", id="invalid-choice"),
+    pytest.param(
+        "[rank3]:[E1129 10:52:01.481230811 ProcessGroupNCCL.cpp:685] [Rank 3] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=7168, NumelOut=7168, Timeout(ms)=600000) ran for 600083 milliseconds "
+        "before timing out.",
+        "nccl", dict(kind="timeout"), "an NCCL collective timed out", id="watchdog-timeout"),
+    pytest.param(
+        "(APIServer pid=7731) ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8001): address already in use",
+        "port_in_use", dict(port=8001, internal=False), "cannot listen on port 8001", id="uvicorn-bind"),
+    pytest.param(
+        "(EngineCore_DP0 pid=41388) zmq.error.ZMQError: Address already in use (addr='tcp://127.0.0.1:43219')",
+        "port_in_use", dict(internal=True), "vLLM opens between its own processes", id="zmq-internal-port"),
+    pytest.param(
+        "(Worker_TP2 pid=41522) ERROR 11-29 17:33:24 [multiproc_executor.py:772] FileNotFoundError: No such file or directory: "
+        "/srv/models/served/nvidia--Kimi-K2.5-NVFP4/model-00042-of-000119.safetensors",
+        "model_files", dict(journal_files=["/srv/models/served/nvidia--Kimi-K2.5-NVFP4/model-00042-of-000119.safetensors"]),
+        "vLLM could not open /srv/models/served/nvidia--Kimi-K2.5-NVFP4/model-00042-of-000119.safetensors", id="missing-shard"),
+    pytest.param(
+        "(Worker_TP0 pid=41520) ERROR 11-29 10:02:58 [multiproc_executor.py:772] ValueError: Selected backend "
+        "AttentionBackendEnum.FLASHMLA is not valid for this configuration. Reason: ['compute capability not supported']",
+        "attention_backend", dict(selected_backend="AttentionBackendEnum.FLASHMLA"), "forced with --attention-backend",
+        id="forced-backend"),
+]
+
+
+@pytest.mark.parametrize("text, fid, details, in_cause", INLINE)
+def test_variants(text, fid, details, in_cause):
+    findings = diagnose(text)["findings"]
+    assert [finding["id"] for finding in findings] == [fid]
+    finding = findings[0]
+    for key, value in details.items():
+        assert finding["details"][key] == value, (key, finding["details"])
+    assert in_cause in finding["cause"]
+    assert finding["evidence"] == [text]
+
+
+def test_forced_backend_remedy_names_the_extra_args():
+    text = INLINE[-1].values[0]
+    finding = diagnose(text)["findings"][0]
+    assert finding["remedy"].startswith("Remove `--attention-backend` from `vllm_server_extra_args`")
+
+
+@pytest.mark.parametrize("text", [
+    # vLLM retries its internal port itself.
+    "(EngineCore_DP0 pid=41388) WARNING 11-29 10:02:31 [parallel.py:750] Address already in use. Retrying with a new port.",
+    # Source lines inside a traceback are not messages.
+    '(Worker_TP0 pid=1) ERROR 11-29 10:02:58 [multiproc_executor.py:772]     raise RuntimeError(f"NCCL error: {error_str}")',
+    # NCCL set-up followed by progress is not a hang, even when the service is stopped later.
+    "(Worker_TP0 pid=1) INFO 11-29 10:02:48 [pynccl.py:111] vLLM is using nccl==2.28.9\n"
+    "(Worker_TP0 pid=1) INFO 11-29 10:02:52 [gpu_model_runner.py:3561] Starting to load model /srv/m...\n"
+    "vllm.service: State 'stop-sigterm' timed out. Killing.",
+], ids=["port-retry", "traceback-source-line", "nccl-then-loading"])
+def test_lookalikes_are_not_failures(text):
+    assert diagnose(text)["findings"] == []
+
+
+def test_backend_reasons_parser():
+    text = ("{FLASH_ATTN: [kv_cache_dtype not supported, block_size not supported], FLASHINFER: [block_size not supported], "
+            "TRITON_ATTN: [block_size not supported]}")
+    assert parse_backend_reasons(text) == {
+        "FLASH_ATTN": ["kv_cache_dtype not supported", "block_size not supported"],
+        "FLASHINFER": ["block_size not supported"],
+        "TRITON_ATTN": ["block_size not supported"],
+    }
+    assert parse_backend_reasons("{}") == {}
+
+
+def test_sparse_mla_on_sm120_is_named_without_the_fp8_story():
+    text = ("(Worker_TP4_EP4 pid=2532) ERROR 12-29 15:21:11 [multiproc_executor.py:751] ValueError: No valid attention backend "
+            "found for cuda with AttentionSelectorConfig(head_size=576, dtype=torch.bfloat16, kv_cache_dtype=auto, block_size=None, "
+            "use_mla=True, has_sink=False, use_sparse=True, use_mm_prefix=False, attn_type=decoder). Reasons: {FLASH_ATTN_MLA: "
+            "[sparse not supported, compute capability not supported], TRITON_MLA: [sparse not supported], FLASHMLA_SPARSE: "
+            "[compute capability not supported]}.")
+    finding = only(diagnose(text)["findings"], "attention_backend")
+    assert finding["details"]["kv_cache_dtype"] == "auto"
+    assert finding["details"]["backend_reasons"]["TRITON_MLA"] == ["sparse not supported"]
+    assert finding["cause"].startswith("No attention backend of this vLLM build accepts this configuration (kv_cache_dtype=auto)")
+
+
+def test_long_lines_are_trimmed():
+    text = "(Worker_TP0 pid=1) ERROR 11-29 10:00:00 [x.py:1] RuntimeError: NCCL error: remote process exited " + "x" * 3000
+    evidence = diagnose(text)["findings"][0]["evidence"]
+    assert evidence[0].endswith(" [...]")
+    assert len(evidence[0]) == _failures.EVIDENCE_CHARS + len(" [...]")
+
+
+SHM = [dict(path="/dev/shm/psm_3f9a1c2e", owner="vllm", uid=998, size=251658240),
+       dict(path="/dev/shm/sem.mp-k2x9q1", owner="vllm", uid=998, size=32),
+       dict(path="/dev/shm/psm_00aa11bb", owner="alice", uid=1000, size=4096)]
+
+
+def test_leftover_files_are_a_failure_only_while_the_service_is_stopped():
+    stopped = only(diagnose("", shm_files=SHM, stopped=True)["findings"], "shm_leftovers")
+    assert stopped["details"]["owned_by_service_user"] == ["/dev/shm/psm_3f9a1c2e", "/dev/shm/sem.mp-k2x9q1"]
+    assert "/dev/shm/psm_3f9a1c2e (owner vllm, 251658240 bytes)" in stopped["evidence"]
+    assert "Found 3 such file(s), 2 owned by vllm; the service is stopped." in stopped["cause"]
+    assert "(/dev/shm/psm_3f9a1c2e /dev/shm/sem.mp-k2x9q1)" in stopped["remedy"]
+    assert "alice" not in stopped["remedy"]
+    assert diagnose("", shm_files=SHM, stopped=False)["findings"] == []
+    # Unknown state (a journal without systemd's lines): not a failure on the files alone.
+    assert diagnose("", shm_files=SHM)["findings"] == []
+    # The journal says the last start ended.
+    assert [f["id"] for f in diagnose(journal("rejected-flag.txt"), shm_files=SHM)["findings"]] == [
+        "rejected_flag", "shm_leftovers"]
+
+
+def test_model_check_problems_make_a_finding():
+    check = dict(checked=True, path="/srv/models/m", problems=["model-00002-of-00003.safetensors is truncated: 10 bytes, its header says 99"])
+    finding = only(diagnose(journal("healthy.txt"), model_check=check)["findings"], "model_files")
+    assert finding["evidence"] == check["problems"]
+    assert "the check of /srv/models/m found 1 problem(s)" in finding["cause"]
+    both = only(diagnose(journal("model-truncated-shard.txt"), model_check=check)["findings"], "model_files")
+    assert both["evidence"][-1] == check["problems"][0]
+    assert "incomplete metadata, file not fully covered" in both["cause"]
+
+
+def test_endpoint_hang_and_dead_engine():
+    hang = dict(checked=True, base_url="http://127.0.0.1:8000", health_status=200, model="kimi-k2.5", timeout=5, hang=True)
+    finding = only(diagnose(journal("healthy.txt"), endpoint=hang)["findings"], "completion_hang")
+    assert finding["evidence"][:2] == [
+        "GET http://127.0.0.1:8000/health -> 200",
+        "POST http://127.0.0.1:8000/v1/chat/completions (model kimi-k2.5, max_tokens 1) -> no answer within 5 s",
+    ]
+    assert "#39863" in finding["cause"]
+    assert "systemctl restart vllm.service" in finding["remedy"]
+    dead = dict(checked=True, base_url="http://127.0.0.1:8000", health_status=503, model=None, timeout=5, hang=False)
+    died = only(diagnose(journal("healthy.txt"), endpoint=dead)["findings"], "engine_core_died")
+    assert died["evidence"] == ["GET http://127.0.0.1:8000/health -> 503"]
+
+
+def test_catalogue_is_complete_and_ordered():
+    ids = [fid for fid, dummy in CATALOGUE]
+    assert ids == ["attention_backend", "rejected_flag", "gpu_out_of_memory", "nccl", "port_in_use", "shm_leftovers",
+                   "model_files", "completion_hang", "engine_core_died"]
+    assert all(title for dummy, title in CATALOGUE)
+    every = set()
+    for name in sorted(p.name for p in JOURNAL.glob("*.txt")):
+        every.update(finding["id"] for finding in diagnose(journal(name))["findings"])
+    assert every == set(ids) - {"completion_hang"}
+
+
+def test_prefixes_are_read():
+    line = _failures.Line(0, "(Worker_TP4_EP4 pid=2532) ERROR 12-29 15:21:11 [multiproc_executor.py:751] ValueError: x")
+    assert (line.proc, line.level, line.msg, line.exception) == ("Worker_TP4_EP4 pid=2532", "ERROR", "ValueError: x", "ValueError")
+    old = _failures.Line(0, "INFO 07-24 08:26:01 multiproc_worker_utils.py:226] hello")
+    assert (old.proc, old.level, old.msg) == (None, "INFO", "hello")
+    raw = _failures.Line(0, "(EngineCore_DP0 pid=1)   File \"/x.py\", line 1, in f")
+    assert (raw.proc, raw.level, raw.msg, raw.exception) == ("EngineCore_DP0 pid=1", None, '  File "/x.py", line 1, in f', None)
+    systemd = _failures.Line(0, "vllm.service: Failed with result 'exit-code'.")
+    assert systemd.systemd and systemd.exception is None
