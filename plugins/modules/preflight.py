@@ -1,0 +1,901 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, fleet.vllm developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: preflight
+short_description: Check a GPU host against what vLLM and the model need, before anything is downloaded
+version_added: "0.1.0"
+description:
+  - Measures the host and compares it with what the planned vLLM server needs - GPU count for
+    the tensor and pipeline parallel sizes, compute capability, the driver and the CUDA version
+    it supports, free disk for the model's real size, the size of C(/dev/shm), and the
+    open-file limit the vLLM service will get.
+  - Each shortfall is a problem, one line that says what to set or do. With problems the module
+    fails and its C(msg) lists them all, one per line (unless O(fail_on_problems=false)).
+  - Also reports, as warnings, what is known to slow down or hang tensor parallelism on GPUs
+    without NVLink - the PCIe topology (paths across CPU sockets, narrower slots), the IOMMU
+    state, PCIe Access Control Services (ACS) redirection on the bridges above the GPUs, and
+    NCCL settings that deadlock on such a host.
+  - The GPU facts come from M(fleet.vllm.gpu_info), passed in O(gpu_info); everything else is
+    read on the host, from C(/sys), C(/proc), C(os.statvfs), C(getrlimit) and
+    C(systemctl show).
+  - The module only reads. It changes nothing and always reports C(changed=false).
+author:
+  - fleet.vllm developers (@fleet-vllm)
+attributes:
+  check_mode:
+    support: full
+    description: Runs in check mode too, exactly as without it; it only reads.
+  diff_mode:
+    support: none
+    description: Nothing changes, so there is nothing to show.
+  platform:
+    support: full
+    platforms: posix
+    description: Runs on the Linux GPU host that will serve the model.
+options:
+  gpu_info:
+    description:
+      - The RV(fleet.vllm.gpu_info#module:gpu_info) return of M(fleet.vllm.gpu_info) for this host.
+    type: dict
+    required: true
+  tensor_parallel_size:
+    description:
+      - vLLM's C(--tensor-parallel-size).
+    type: int
+    required: true
+  pipeline_parallel_size:
+    description:
+      - vLLM's C(--pipeline-parallel-size).
+    type: int
+    default: 1
+  nnodes:
+    description:
+      - Number of hosts the server spans (vLLM's C(--nnodes)). Each host needs
+        O(tensor_parallel_size) x O(pipeline_parallel_size) / O(nnodes) GPUs.
+    type: int
+    default: 1
+  min_compute_capability:
+    description:
+      - Lowest CUDA compute capability the chosen vLLM build and model need, C(MAJOR.MINOR).
+    type: str
+    default: "8.0"
+  min_cuda_version:
+    description:
+      - CUDA version the vLLM wheels were built for (C(cu128) is V(12.8), C(cu130) is V(13.0)).
+        The driver must support this CUDA version or a newer one.
+    type: str
+    default: "12.8"
+  min_driver_version:
+    description:
+      - Lowest NVIDIA driver version accepted, for example V(575.57.08). Not checked when not set.
+    type: str
+  model_dir:
+    description:
+      - Directory the model snapshot will be downloaded to, the snapshot's own directory. Its
+        nearest existing ancestor is measured with C(statvfs).
+      - Every file already under it counts as downloaded, so that a re-run with the snapshot in
+        place is not refused; C(*.incomplete) files (interrupted downloads, which restart from
+        zero) do not count.
+    type: path
+    required: true
+  model_size_bytes:
+    description:
+      - The model's real size, the sum of the sizes of the revision's files (the Hub's tree listing).
+      - V(0) means unknown; free disk is then not checked, with a warning.
+    type: int
+    required: true
+  disk_margin_percent:
+    description:
+      - Free disk asked for on top of the missing bytes, in percent of O(model_size_bytes).
+    type: int
+    default: 5
+  shm_dir:
+    description:
+      - The shared memory file system that vLLM's workers and NCCL use.
+    type: path
+    default: /dev/shm
+  shm_min_bytes:
+    description:
+      - Size, and free space, O(shm_dir) must have.
+      - "The default, 16 GiB, is chosen for tensor parallelism over 8 GPUs on one host: vLLM's
+        shared-memory queues between the API server and its workers and its shared-memory caches,
+        NCCL's SHM transport (every GPU pair uses it when P2P is disabled, the fallback on PCIe
+        hosts), and what a crashed run leaves behind take several GB. A host's C(/dev/shm) is
+        half its RAM by default, so this refuses only mounts that were made small, such as a
+        container's 64 MB default."
+    type: int
+    default: 17179869184
+  nofile_min:
+    description:
+      - Open files the vLLM service must be allowed. vLLM raises its own soft limit to 65535,
+        up to the hard limit, so the hard limit is what counts.
+      - "Which hard limit counts: O(nofile_service_limit) when set (the unit's C(LimitNOFILE));
+        otherwise systemd's C(DefaultLimitNOFILE) (C(systemctl show)), what a unit without
+        C(LimitNOFILE) gets; otherwise, where systemd does not answer, the module's own hard
+        C(RLIMIT_NOFILE), what a process started the way Ansible starts it gets. The kernel's
+        C(fs.nr_open) caps them all and is checked too."
+    type: int
+    default: 65536
+  nofile_service_limit:
+    description:
+      - The C(LimitNOFILE) the vLLM systemd unit sets, when it sets one. V(0) means it sets none.
+    type: int
+    default: 0
+  nccl_env:
+    description:
+      - The C(NCCL_*) environment variables planned for the vLLM service on this host, to check
+        them against the topology.
+    type: dict
+    default: {}
+  kv_cache_dtype:
+    description:
+      - The C(--kv-cache-dtype) the server will be given. V(float16) is a problem - for a bf16
+        model such as Kimi-K2.5 it silently produces garbage (vLLM PR 54338).
+    type: str
+    default: auto
+  fail_on_problems:
+    description:
+      - When V(true), the module fails when it finds problems. When V(false) it only reports them
+        in RV(problems).
+    type: bool
+    default: true
+  variable_prefix:
+    description:
+      - Prefix of the names the messages give the options, so that a message names what the
+        user sets. The M(fleet.vllm.vllm_preflight) role passes V(vllm_preflight_).
+    type: str
+    default: ""
+  sysfs_root:
+    description:
+      - Where sysfs is mounted. Tests point it at a fake tree.
+    type: path
+    default: /sys
+  proc_root:
+    description:
+      - Where procfs is mounted. Tests point it at a fake tree.
+    type: path
+    default: /proc
+notes:
+  - ACS is read from the PCI configuration space of the bridges (C(/sys/bus/pci/devices/*/config)),
+    the ACS extended capability (ID C(0x000D)) and its control register. The kernel shows only the
+    first 64 bytes of it to users other than root, so without C(become) the ACS state is
+    V(unknown).
+  - The bridges that count are those above the GPUs in sysfs; when no GPU of O(gpu_info) is
+    found there (another machine's facts, a container), every PCI bridge counts.
+  - Sizes in messages are in decimal GB (10^9 bytes), like the Hugging Face Hub and C(df -H).
+seealso:
+  - module: fleet.vllm.gpu_info
+  - name: NCCL troubleshooting, PCI Access Control Services
+    description: Why ACS and IO virtualisation hurt or hang GPU peer-to-peer traffic, and how to turn them off.
+    link: https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html
+"""
+
+EXAMPLES = r"""
+- name: Read the GPUs of the host
+  fleet.vllm.gpu_info:
+  register: gpus
+
+- name: Check the host for Kimi-K2.5-NVFP4 at tensor parallel size 8
+  fleet.vllm.preflight:
+    gpu_info: "{{ gpus.gpu_info }}"
+    tensor_parallel_size: 8
+    min_compute_capability: "12.0"
+    min_cuda_version: "12.8"
+    model_dir: /srv/vllm/models/nvidia--Kimi-K2.5-NVFP4/main
+    model_size_bytes: 591000000000
+    nccl_env:
+      NCCL_P2P_DISABLE: "1"
+  register: preflight
+
+- name: Only report, for an inventory of what the fleet lacks
+  fleet.vllm.preflight:
+    gpu_info: "{{ gpus.gpu_info }}"
+    tensor_parallel_size: 4
+    model_dir: /srv/vllm/models
+    model_size_bytes: 0
+    fail_on_problems: false
+  register: report
+"""
+
+RETURN = r"""
+msg:
+  description: One line summing up what was measured; with problems (when the module fails) a header line then one problem per line.
+  returned: always
+  type: str
+  sample: "8x NVIDIA RTX PRO 6000 Blackwell Server Edition (12.0), driver 580.95.05, CUDA 13.0, PCIe only (NODE, SYS);
+    disk 612.3 GB free at /srv, 567.0 GB needed; /dev/shm 270.1 GB free of 270.1 GB; open files 524288 (systemd DefaultLimitNOFILE);
+    IOMMU off; ACS disabled; 0 problems, 1 warning"
+problems:
+  description: What stops vLLM from serving the model on this host, each with what to set or do.
+  returned: always
+  type: list
+  elements: str
+  sample: ["8 GPUs needed for vllm_preflight_tensor_parallel_size=8 x vllm_preflight_pipeline_parallel_size=1, this host has 4:
+    lower them or use another host"]
+warnings:
+  description:
+    - What is known to slow down or hang the server here, with the fix, one message each.
+    - They are Ansible warnings (the module emits them with C(warn)), so Ansible shows them and a
+      registered result holds them under this key, as strings.
+  returned: when there is something to warn about
+  type: list
+  elements: str
+  sample: ["NCCL peer-to-peer over PCIe with ACS redirecting on PCI bridge 0000:00:01.1 is known to hang ..."]
+measured:
+  description: Everything measured, with the values the checks used.
+  returned: always
+  type: dict
+  contains:
+    gpus:
+      description: The GPU facts the checks used, and the GPUs needed.
+      type: dict
+      sample: {"count": 8, "needed": 8, "model": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+               "compute_capabilities": ["12.0"], "driver_version": "580.95.05", "cuda_version": "13.0",
+               "interconnect": "pcie", "pcie_only": true, "link_types": ["NODE", "SYS"], "sys_pairs": 16,
+               "pairs": 28, "memory_total_mib_min": 97887}
+    disk:
+      description:
+        - C(model_dir), C(measured_path) (its nearest existing ancestor), C(free_bytes) and
+          C(total_bytes) of that file system, C(existing_bytes) already under C(model_dir),
+          C(incomplete_bytes) of interrupted downloads there, C(model_size_bytes), C(margin_bytes)
+          and C(needed_bytes). Sizes are V(null) when not measured.
+      type: dict
+      sample: {"model_dir": "/srv/vllm/models", "measured_path": "/srv", "free_bytes": 612345678901,
+               "total_bytes": 1999000000000, "existing_bytes": 0, "incomplete_bytes": 0,
+               "model_size_bytes": 540000000000, "margin_bytes": 27000000000, "needed_bytes": 567000000000}
+    shm:
+      description:
+        - C(path), C(exists), C(total_bytes), C(free_bytes), C(min_bytes), and the files earlier
+          vLLM runs leave there (C(psm_*), C(sem.mp-*), C(vllm_offload_*)) as C(leftover_files) and
+          C(leftover_bytes).
+      type: dict
+      sample: {"path": "/dev/shm", "exists": true, "total_bytes": 270100000000, "free_bytes": 270100000000,
+               "min_bytes": 17179869184, "leftover_files": 0, "leftover_bytes": 0}
+    nofile:
+      description:
+        - C(nr_open) (kernel cap, V(null) when unreadable), C(systemd_default) (C(DefaultLimitNOFILE) as
+          systemd prints it, V(null) when systemd does not answer, with C(systemd_error) saying why),
+          C(process_soft) and C(process_hard) (this module's C(RLIMIT_NOFILE), V(-1) for unlimited),
+          C(service_limit) (the option), C(effective) (the hard limit that counts) and C(source) (where it comes from).
+      type: dict
+      sample: {"nr_open": 1048576, "systemd_default": "524288", "systemd_error": null, "process_soft": 1024,
+               "process_hard": 524288, "service_limit": 0, "effective": 524288, "source": "systemd DefaultLimitNOFILE",
+               "min": 65536}
+    iommu:
+      description:
+        - C(enabled) (entries under C(/sys/class/iommu)), C(devices) (those entries), C(mode)
+          (V(translated), V(passthrough) or V(null) when off), C(group_types) (the IOMMU group type of
+          each GPU found in sysfs, by PCI address) and C(cmdline) (the IOMMU flags of the kernel command line).
+      type: dict
+      sample: {"enabled": true, "devices": ["dmar0", "dmar1"], "mode": "translated",
+               "group_types": {"0000:01:00.0": "DMA-FQ"}, "cmdline": ["intel_iommu=on"]}
+    acs:
+      description:
+        - C(state) (V(enabled) when a bridge that counts has SrcValid, ReqRedir or CmpltRedir set,
+          else V(unknown) when one could not be read, else V(disabled)), C(scope) (V(gpu_paths) or
+          V(all_bridges)), C(redirecting) (addresses of the bridges with ACS enabled), C(unreadable)
+          (addresses of those that could not be read) and C(bridges), one entry per bridge that counts
+          with C(address), C(acs) (V(enabled), V(disabled), V(absent) or V(unknown)), C(control) (the
+          control register) and C(flags) (its bits set, by lspci's names).
+      type: dict
+      sample: {"state": "enabled", "scope": "gpu_paths", "redirecting": ["0000:00:01.1"], "unreadable": [],
+               "bridges": [{"address": "0000:00:01.1", "acs": "enabled", "control": 29,
+                            "flags": ["SrcValid", "ReqRedir", "CmpltRedir", "UpstreamFwd"]}]}
+    nccl:
+      description: C(env) (O(nccl_env) as strings), C(p2p_disabled) and C(p2p_level).
+      type: dict
+      sample: {"env": {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL"}, "p2p_disabled": false, "p2p_level": "SYS"}
+    kv_cache_dtype:
+      description: The O(kv_cache_dtype) checked.
+      type: str
+      sample: auto
+"""
+
+import errno
+import os
+import re
+import resource
+import stat
+import struct
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_native
+
+GB = 1000 ** 3
+GIB = 1024 ** 3
+MIB = 1024 ** 2
+
+VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
+PCI_ADDRESS_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+
+# PCI configuration space: the first 64 bytes are the header that every user may read, the
+# extended capabilities start at 0x100 (PCI Express), each with a 32-bit header: ID in bits
+# 0-15, version in 16-19, offset of the next one in 20-31.
+PCI_HEADER_BYTES = 64
+PCI_EXT_CAP_START = 0x100
+PCI_EXT_CAP_ID_ACS = 0x000D
+PCI_CLASS_BRIDGE = 0x06
+PCI_SUBCLASS_PCI_BRIDGE = 0x04
+# ACS control register (ACS capability + 6), named as lspci names them.
+ACS_CONTROL_BITS = (
+    ("SrcValid", 0x0001),
+    ("TransBlk", 0x0002),
+    ("ReqRedir", 0x0004),
+    ("CmpltRedir", 0x0008),
+    ("UpstreamFwd", 0x0010),
+    ("EgressCtrl", 0x0020),
+    ("DirectTrans", 0x0040),
+)
+# NCCL's documented test: any of these set means ACS is on and may send P2P to the root complex.
+ACS_REDIRECT_MASK = 0x0001 | 0x0004 | 0x0008
+
+CROSS_SOCKET_LINKS = ("SYS", "SOC")  # SOC is the old name of SYS in nvidia-smi topo -m
+SHM_LEFTOVER_PREFIXES = ("psm_", "sem.mp-", "vllm_offload_")
+IOMMU_CMDLINE_KEYS = ("iommu", "intel_iommu", "amd_iommu", "iommu.passthrough", "iommu.strict")
+NCCL_P2P_LEVELS = {"0": "LOC", "1": "NVL", "2": "PIX", "3": "PXB", "4": "PHB", "5": "SYS"}
+FLOAT16_NAMES = ("float16", "half", "fp16")
+
+
+def gb(value):
+    return "%.1f GB" % (value / float(GB))
+
+
+def plural(count, word):
+    return "%d %s%s" % (count, word, "" if count == 1 else "s")
+
+
+def version_tuple(text):
+    return tuple(int(part) for part in text.split("."))
+
+
+def sysfs_pci_address(bus_id):
+    """nvidia-smi's ``00000000:01:00.0`` as sysfs names it: ``0000:01:00.0``."""
+    domain, sep, rest = (bus_id or "").strip().lower().partition(":")
+    if not sep:
+        return None
+    try:
+        address = "%04x:%s" % (int(domain, 16), rest)
+    except ValueError:
+        return None
+    return address if PCI_ADDRESS_RE.match(address) else None
+
+
+def find_ext_capability(config, cap_id):
+    """Offset of extended capability ``cap_id`` in a configuration space, or None."""
+    offset, seen = PCI_EXT_CAP_START, set()
+    while PCI_EXT_CAP_START <= offset and offset + 4 <= len(config) and offset not in seen:
+        seen.add(offset)
+        header = struct.unpack_from("<I", config, offset)[0]
+        if header in (0, 0xFFFFFFFF):
+            return None
+        if header & 0xFFFF == cap_id:
+            return offset
+        offset = (header >> 20) & 0xFFC
+    return None
+
+
+def read_acs(config):
+    """(acs, control) of one device's configuration space: acs is enabled, disabled, absent or unknown."""
+    if len(config) <= PCI_HEADER_BYTES:
+        return "unknown", None
+    offset = find_ext_capability(config, PCI_EXT_CAP_ID_ACS)
+    if offset is None or offset + 8 > len(config):
+        return "absent", None
+    control = struct.unpack_from("<H", config, offset + 6)[0]
+    return ("enabled" if control & ACS_REDIRECT_MASK else "disabled"), control
+
+
+def is_pci_bridge(config):
+    return len(config) > 0x0B and config[0x0B] == PCI_CLASS_BRIDGE and config[0x0A] == PCI_SUBCLASS_PCI_BRIDGE
+
+
+class Preflight(object):
+    def __init__(self, module):
+        self.module = module
+        self.params = module.params
+        self.prefix = self.params["variable_prefix"]
+        self.problems = []
+        self.warnings = []
+        self.measured = {}
+
+    # ------------------------------------------------------------------ helpers
+
+    def var(self, option):
+        return self.prefix + option
+
+    def setting(self, option):
+        return "%s=%s" % (self.var(option), self.params[option])
+
+    def read_text(self, path):
+        try:
+            with open(path, "rb") as handle:
+                return to_native(handle.read(), errors="surrogate_or_strict")
+        except (IOError, OSError):
+            return None
+
+    def sysfs(self, *parts):
+        return os.path.join(self.params["sysfs_root"], *parts)
+
+    def proc(self, *parts):
+        return os.path.join(self.params["proc_root"], *parts)
+
+    def fail_input(self, msg):
+        self.module.fail_json(msg=msg, changed=False, problems=[], measured={})
+
+    def check_inputs(self):
+        p = self.params
+        for option in ("tensor_parallel_size", "pipeline_parallel_size", "nnodes"):
+            if p[option] < 1:
+                self.fail_input("%s is %d: it must be 1 or more" % (self.var(option), p[option]))
+        world = p["tensor_parallel_size"] * p["pipeline_parallel_size"]
+        if world % p["nnodes"]:
+            self.fail_input("%s x %s (%d) does not split evenly over %s hosts" % (
+                self.var("tensor_parallel_size"), self.var("pipeline_parallel_size"), world, self.setting("nnodes")))
+        for option in ("model_size_bytes", "disk_margin_percent", "shm_min_bytes", "nofile_min", "nofile_service_limit"):
+            if p[option] < 0:
+                self.fail_input("%s is %d: it must be 0 or more" % (self.var(option), p[option]))
+        for option in ("min_compute_capability", "min_cuda_version", "min_driver_version"):
+            if p[option] is not None and not VERSION_RE.match(p[option]):
+                self.fail_input("%s=%s is not a version such as 12.8" % (self.var(option), p[option]))
+        if not os.path.isabs(p["model_dir"]):
+            self.fail_input("%s is not an absolute path" % self.setting("model_dir"))
+        if not isinstance(p["gpu_info"].get("count"), int) or not isinstance(p["gpu_info"].get("gpus", []), list):
+            self.fail_input("gpu_info has no GPU count: pass the gpu_info return of fleet.vllm.gpu_info")
+
+    # ------------------------------------------------------------------ GPUs
+
+    def check_gpus(self):
+        p = self.params
+        info = p["gpu_info"]
+        count = info.get("count") or 0
+        needed = p["tensor_parallel_size"] * p["pipeline_parallel_size"] // p["nnodes"]
+        pairs = (info.get("topology") or {}).get("pairs") or []
+        sys_pairs = [pair for pair in pairs if pair.get("link") in CROSS_SOCKET_LINKS]
+        gpus = info.get("gpus") or []
+        self.measured["gpus"] = dict(
+            count=count,
+            needed=needed,
+            model=info.get("model"),
+            compute_capabilities=list(info.get("compute_capabilities") or []),
+            driver_version=info.get("driver_version"),
+            cuda_version=info.get("cuda_version"),
+            interconnect=info.get("interconnect"),
+            pcie_only=info.get("pcie_only"),
+            link_types=list((info.get("topology") or {}).get("link_types") or []),
+            pairs=len(pairs),
+            sys_pairs=len(sys_pairs),
+            memory_total_mib_min=info.get("memory_total_mib_min"),
+        )
+
+        if count < needed:
+            over = "" if p["nnodes"] == 1 else " over %s hosts" % self.setting("nnodes")
+            self.problems.append(
+                "%s needed for %s x %s%s, this host has %d: lower them or use another host"
+                % (plural(needed, "GPU"), self.setting("tensor_parallel_size"), self.setting("pipeline_parallel_size"), over, count))
+
+        minimum = p["min_compute_capability"]
+        low = [cap for cap in self.measured["gpus"]["compute_capabilities"]
+               if VERSION_RE.match(cap) and version_tuple(cap) < version_tuple(minimum)]
+        for cap in low:
+            which = [str(gpu.get("index")) for gpu in gpus if gpu.get("compute_capability") == cap] or ["?"]
+            self.problems.append(
+                "%s compute capability %s, below %s: use GPUs of compute capability %s or more, or a vLLM "
+                "build and model that support %s and lower %s"
+                % ("GPU %s has" % which[0] if len(which) == 1 else "GPUs %s have" % ", ".join(which), cap,
+                   self.setting("min_compute_capability"), minimum, cap, self.var("min_compute_capability")))
+
+        driver = info.get("driver_version")
+        if p["min_driver_version"] and count:
+            if not driver or not VERSION_RE.match(driver):
+                self.warnings.append("the driver version %r cannot be compared with %s" % (driver, self.setting("min_driver_version")))
+            elif version_tuple(driver) < version_tuple(p["min_driver_version"]):
+                self.problems.append(
+                    "NVIDIA driver %s is older than %s: upgrade the driver" % (driver, self.setting("min_driver_version")))
+
+        cuda = info.get("cuda_version")
+        if count and (not cuda or not VERSION_RE.match(cuda)):
+            self.warnings.append(
+                "the driver reports no CUDA version (%s), so %s cannot be checked: check `nvidia-smi` on the host"
+                % (cuda, self.setting("min_cuda_version")))
+        elif count and version_tuple(cuda) < version_tuple(p["min_cuda_version"]):
+            self.problems.append(
+                "NVIDIA driver %s supports CUDA up to %s, the vLLM build needs CUDA %s (%s): upgrade the driver to one "
+                "that supports CUDA %s, or install vLLM wheels built for CUDA %s or older and lower %s"
+                % (driver, cuda, p["min_cuda_version"], self.var("min_cuda_version"), p["min_cuda_version"], cuda,
+                   self.var("min_cuda_version")))
+
+        memory = info.get("memory_total_mib_min")
+        world = p["tensor_parallel_size"] * p["pipeline_parallel_size"]
+        if memory and p["model_size_bytes"] and p["model_size_bytes"] / float(world) > memory * MIB:
+            self.warnings.append(
+                "the weights alone, %s per GPU (%s over %d GPUs), do not fit in the %d MiB of a GPU: vLLM will not "
+                "load them unless it quantizes them on loading; raise %s or %s"
+                % (gb(p["model_size_bytes"] / float(world)), gb(p["model_size_bytes"]), world, memory,
+                   self.var("tensor_parallel_size"), self.var("pipeline_parallel_size")))
+
+        self.check_links(gpus, pairs, sys_pairs)
+
+    def check_links(self, gpus, pairs, sys_pairs):
+        info = self.params["gpu_info"]
+        if len(gpus) > 1 and info.get("pcie_only"):
+            text = ("GPUs talk over PCIe only (%s): vLLM's custom all-reduce is off and all tensor-parallel traffic "
+                    "goes through NCCL" % ", ".join(self.measured["gpus"]["link_types"]))
+            if sys_pairs:
+                text += ("; %d of %d GPU pairs cross the link between CPU sockets (SYS), the slowest path: keep "
+                         "tensor-parallel groups within a socket where the model allows, and IOMMU and ACS off for "
+                         "peer-to-peer across sockets" % (len(sys_pairs), len(pairs)))
+            self.warnings.append(text)
+        for key, label, what in (("pcie_link_width_max", "x%s", "narrower"), ("pcie_link_gen_max", "gen %s", "slower")):
+            values = [gpu.get(key) for gpu in gpus if isinstance(gpu.get(key), int)]
+            if len(values) < 2:
+                continue
+            best = max(values)
+            slow = [gpu for gpu in gpus if isinstance(gpu.get(key), int) and gpu[key] < best]
+            if slow:
+                self.warnings.append(
+                    "PCIe link %s than the others' %s on GPU %s: check the slot or riser; the slowest link sets the "
+                    "pace of every all-reduce"
+                    % (what, label % best, ", GPU ".join("%s (%s, %s)" % (gpu.get("index"), gpu.get("pci_bus_id"), label % gpu[key])
+                                                         for gpu in slow)))
+
+    # ------------------------------------------------------------------ disk
+
+    def check_disk(self):
+        p = self.params
+        model_dir = p["model_dir"]
+        disk = self.measured["disk"] = dict(
+            model_dir=model_dir, measured_path=None, free_bytes=None, total_bytes=None, existing_bytes=0,
+            incomplete_bytes=0, model_size_bytes=p["model_size_bytes"], margin_bytes=None, needed_bytes=None)
+
+        measured = model_dir
+        while not os.path.exists(measured) and os.path.dirname(measured) != measured:
+            measured = os.path.dirname(measured)
+        disk["measured_path"] = measured
+        if os.path.exists(model_dir) and not os.path.isdir(model_dir):
+            self.problems.append("%s is not a directory: point %s at a directory" % (self.setting("model_dir"), self.var("model_dir")))
+            return
+        try:
+            st = os.statvfs(measured)
+        except OSError as exc:
+            self.problems.append("cannot measure the free space at %s for %s: %s" % (measured, self.setting("model_dir"), to_native(exc)))
+            return
+        disk["free_bytes"] = st.f_bavail * st.f_frsize
+        disk["total_bytes"] = st.f_blocks * st.f_frsize
+        if os.path.isdir(model_dir):
+            disk["existing_bytes"], disk["incomplete_bytes"] = self.bytes_under(model_dir)
+
+        size = p["model_size_bytes"]
+        if not size:
+            self.warnings.append("the model's size is not known (model_size_bytes=0), so the free disk at %s is not "
+                                 "checked" % self.setting("model_dir"))
+            return
+        disk["margin_bytes"] = size * p["disk_margin_percent"] // 100
+        disk["needed_bytes"] = max(0, size - disk["existing_bytes"]) + disk["margin_bytes"]
+        if disk["free_bytes"] < disk["needed_bytes"]:
+            self.problems.append(
+                "%s has %s free (file system at %s), the model needs %s there (%s, %s already there, + %d%% margin): "
+                "free space there, or point %s at a larger file system"
+                % (self.setting("model_dir"), gb(disk["free_bytes"]), measured, gb(disk["needed_bytes"]), gb(size),
+                   gb(min(size, disk["existing_bytes"])), p["disk_margin_percent"], self.var("model_dir")))
+
+    def bytes_under(self, top):
+        seen, total, incomplete = set(), 0, 0
+        for root, dummy, files in os.walk(top):
+            for name in files:
+                try:
+                    st = os.lstat(os.path.join(root, name))
+                except OSError:
+                    continue
+                if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) in seen:
+                    continue
+                seen.add((st.st_dev, st.st_ino))
+                if name.endswith(".incomplete"):
+                    incomplete += st.st_size
+                else:
+                    total += st.st_size
+        return total, incomplete
+
+    # ------------------------------------------------------------------ /dev/shm
+
+    def check_shm(self):
+        p = self.params
+        path = p["shm_dir"]
+        shm = self.measured["shm"] = dict(path=path, exists=os.path.isdir(path), total_bytes=None, free_bytes=None,
+                                          min_bytes=p["shm_min_bytes"], leftover_files=0, leftover_bytes=0)
+        if not shm["exists"]:
+            self.problems.append("%s does not exist: vLLM's workers and NCCL need a shared memory file system there "
+                                 "(mount a tmpfs; in a container, --ipc=host or --shm-size)" % self.setting("shm_dir"))
+            return
+        try:
+            st = os.statvfs(path)
+        except OSError as exc:
+            self.problems.append("cannot measure %s: %s" % (self.setting("shm_dir"), to_native(exc)))
+            return
+        shm["total_bytes"] = st.f_blocks * st.f_frsize
+        shm["free_bytes"] = st.f_bavail * st.f_frsize
+        try:
+            names = os.listdir(path)
+        except OSError:
+            names = []
+        for name in names:
+            if name.startswith(SHM_LEFTOVER_PREFIXES):
+                try:
+                    shm["leftover_bytes"] += os.lstat(os.path.join(path, name)).st_size
+                    shm["leftover_files"] += 1
+                except OSError:
+                    continue
+        need = p["shm_min_bytes"]
+        wanted = "%s (%s)" % (gb(need), self.setting("shm_min_bytes"))
+        if shm["total_bytes"] < need:
+            self.problems.append(
+                "%s is %s, below the %s that vLLM's workers and NCCL need: enlarge it (mount -o remount,size=... and "
+                "the same in /etc/fstab; in a container --shm-size or --ipc=host), or lower %s"
+                % (path, gb(shm["total_bytes"]), wanted, self.var("shm_min_bytes")))
+        elif shm["free_bytes"] < need:
+            leftovers = ""
+            if shm["leftover_files"]:
+                leftovers = (" %d files left by earlier vLLM runs (psm_*, sem.mp-*, vllm_offload_*) take %s: stop the "
+                             "vLLM service and remove them;" % (shm["leftover_files"], gb(shm["leftover_bytes"])))
+            self.problems.append(
+                "%s has %s free of %s, below the %s that vLLM's workers and NCCL need:%s free space there"
+                % (path, gb(shm["free_bytes"]), gb(shm["total_bytes"]), wanted, leftovers))
+
+    # ------------------------------------------------------------------ open files
+
+    def systemd_default_nofile(self):
+        """(value as systemd prints it or None, why not)."""
+        systemctl = self.module.get_bin_path("systemctl")
+        if not systemctl:
+            return None, "no systemctl"
+        rc, out, err = self.module.run_command([systemctl, "show", "--property", "DefaultLimitNOFILE"],
+                                               environ_update=dict(LC_ALL="C"))
+        out, err = to_native(out), to_native(err)
+        if rc != 0:
+            said = " ".join(line.strip() for line in (err or out).splitlines() if line.strip())
+            return None, "systemctl show exited with %d: %s" % (rc, said or "(no output)")
+        for line in out.splitlines():
+            key, sep, value = line.strip().partition("=")
+            if key == "DefaultLimitNOFILE" and sep and (value.isdigit() or value == "infinity"):
+                return value, None
+        return None, "systemctl show printed no DefaultLimitNOFILE: %s" % out.strip()[:200]
+
+    def check_nofile(self):
+        p = self.params
+        text = self.read_text(self.proc("sys", "fs", "nr_open"))
+        nr_open = int(text.strip()) if text and text.strip().isdigit() else None
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        systemd_default, systemd_error = self.systemd_default_nofile()
+        ceiling = nr_open if nr_open is not None else float("inf")
+
+        if p["nofile_service_limit"]:
+            effective, source = p["nofile_service_limit"], "the vLLM unit's LimitNOFILE"
+        elif systemd_default is not None:
+            effective = ceiling if systemd_default == "infinity" else int(systemd_default)
+            source = "systemd DefaultLimitNOFILE"
+        else:
+            effective = ceiling if hard == resource.RLIM_INFINITY else hard
+            source = "hard RLIMIT_NOFILE of processes started here"
+        self.measured["nofile"] = dict(
+            nr_open=nr_open, systemd_default=systemd_default, systemd_error=systemd_error,
+            process_soft=-1 if soft == resource.RLIM_INFINITY else soft,
+            process_hard=-1 if hard == resource.RLIM_INFINITY else hard,
+            service_limit=p["nofile_service_limit"],
+            effective=None if effective == float("inf") else effective, source=source, min=p["nofile_min"])
+
+        need = p["nofile_min"]
+        if nr_open is not None and nr_open < need:
+            self.problems.append(
+                "the kernel allows no process more than %d open files (fs.nr_open), below %s: raise it (sysctl "
+                "fs.nr_open=1048576, and the same in /etc/sysctl.d/) or lower %s" % (nr_open, self.setting("nofile_min"), self.var("nofile_min")))
+        elif p["nofile_service_limit"] and nr_open is not None and p["nofile_service_limit"] > nr_open:
+            self.problems.append(
+                "%s is above the kernel's fs.nr_open (%d), so systemd cannot apply it: lower it or raise fs.nr_open"
+                % (self.setting("nofile_service_limit"), nr_open))
+        if effective < need:
+            if p["nofile_service_limit"]:
+                fix = "raise LimitNOFILE in the vLLM unit, and %s with it" % self.var("nofile_service_limit")
+            elif systemd_default is not None:
+                fix = ("set LimitNOFILE=%d in the vLLM unit (and %s to it) or raise DefaultLimitNOFILE in "
+                       "/etc/systemd/system.conf" % (need, self.var("nofile_service_limit")))
+            else:
+                fix = ("raise the hard nofile limit where vLLM is started (/etc/security/limits.conf, the container "
+                       "runtime's --ulimit nofile)")
+            self.problems.append("the vLLM service would get at most %d open files (%s), below %s: %s, or lower %s"
+                                 % (effective, source, self.setting("nofile_min"), fix, self.var("nofile_min")))
+
+    # ------------------------------------------------------------------ IOMMU, ACS, NCCL
+
+    def gpu_addresses(self):
+        addresses = []
+        for gpu in self.params["gpu_info"].get("gpus") or []:
+            address = sysfs_pci_address(gpu.get("pci_bus_id"))
+            if address and os.path.exists(self.sysfs("bus", "pci", "devices", address)):
+                addresses.append(address)
+        return addresses
+
+    def check_iommu(self, gpu_addresses):
+        try:
+            devices = sorted(os.listdir(self.sysfs("class", "iommu")))
+        except OSError:
+            devices = []
+        cmdline = (self.read_text(self.proc("cmdline")) or "").split()
+        flags = [arg for arg in cmdline if arg.partition("=")[0] in IOMMU_CMDLINE_KEYS]
+        group_types = {}
+        for address in gpu_addresses:
+            text = self.read_text(self.sysfs("bus", "pci", "devices", address, "iommu_group", "type"))
+            if text and text.strip():
+                group_types[address] = text.strip()
+        mode = None
+        if devices:
+            if group_types:
+                mode = "passthrough" if all(t == "identity" for t in group_types.values()) else "translated"
+            else:
+                passthrough = "iommu=pt" in flags or "iommu.passthrough=1" in flags or "iommu.passthrough=on" in flags
+                mode = "passthrough" if passthrough else "translated"
+        self.measured["iommu"] = dict(enabled=bool(devices), devices=devices, mode=mode, group_types=group_types, cmdline=flags)
+
+    def check_acs(self, gpu_addresses):
+        base = self.sysfs("bus", "pci", "devices")
+        try:
+            devices = sorted(os.listdir(base))
+        except OSError:
+            devices = []
+        scope, candidates = "all_bridges", devices
+        if gpu_addresses:
+            scope, upstream = "gpu_paths", set()
+            for address in gpu_addresses:
+                real = os.path.realpath(os.path.join(base, address))
+                for part in real.split(os.sep)[:-1]:
+                    if PCI_ADDRESS_RE.match(part):
+                        upstream.add(part)
+            candidates = sorted(upstream)
+        bridges = []
+        for address in candidates:
+            try:
+                with open(os.path.join(base, address, "config"), "rb") as handle:
+                    config = handle.read()
+            except (IOError, OSError) as exc:
+                if exc.errno in (errno.EACCES, errno.EPERM):
+                    bridges.append(dict(address=address, acs="unknown", control=None, flags=[]))
+                continue
+            if not is_pci_bridge(config):
+                continue
+            acs, control = read_acs(config)
+            flags = [name for name, bit in ACS_CONTROL_BITS if control is not None and control & bit]
+            bridges.append(dict(address=address, acs=acs, control=control, flags=flags))
+        redirecting = [b["address"] for b in bridges if b["acs"] == "enabled"]
+        unreadable = [b["address"] for b in bridges if b["acs"] == "unknown"]
+        state = "enabled" if redirecting else "unknown" if unreadable else "disabled"
+        self.measured["acs"] = dict(state=state, scope=scope, bridges=bridges, redirecting=redirecting, unreadable=unreadable)
+
+    def check_nccl(self):
+        env = dict((str(k), "" if v is None else str(v)) for k, v in (self.params["nccl_env"] or {}).items())
+        level = env.get("NCCL_P2P_LEVEL", "").strip().upper()
+        level = NCCL_P2P_LEVELS.get(level, level) or None
+        disabled = env.get("NCCL_P2P_DISABLE", "").strip() == "1" or level == "LOC"
+        self.measured["nccl"] = dict(env=env, p2p_disabled=disabled, p2p_level=level)
+
+        info = self.params["gpu_info"]
+        if not info.get("pcie_only") or (info.get("count") or 0) < 2:
+            return
+        iommu, acs = self.measured["iommu"], self.measured["acs"]
+        causes = []
+        if iommu["enabled"]:
+            causes.append("IOMMU on (%s, %s)" % (", ".join(iommu["devices"]), iommu["mode"]))
+        if acs["redirecting"]:
+            causes.append("ACS redirecting on PCI bridge %s" % ", ".join(acs["redirecting"]))
+        if causes and not disabled:
+            self.warnings.append(
+                "NCCL peer-to-peer over PCIe with %s is known to hang on RTX PRO 6000 and similar GPUs (vLLM #33041, "
+                "NVIDIA/nccl #1999, #2079): turn IOMMU and ACS off (IOMMU/VT-d/AMD-Vi in the BIOS, or intel_iommu=off / "
+                "amd_iommu=off on the kernel command line; ACS in the BIOS or with setpci ECAP_ACS+0x6.w=0000), or set "
+                "NCCL_P2P_DISABLE=1 in %s" % (" and ".join(causes), self.var("nccl_env")))
+        if level == "SYS" and self.measured["gpus"]["sys_pairs"] and iommu["enabled"]:
+            self.warnings.append(
+                "NCCL_P2P_LEVEL=SYS in %s lets NCCL use peer-to-peer across CPU sockets (%d SYS pairs) with IOMMU on, "
+                "which can deadlock: remove it or use NCCL_P2P_LEVEL=PHB (peer-to-peer within a socket), or turn "
+                "IOMMU off" % (self.var("nccl_env"), self.measured["gpus"]["sys_pairs"]))
+        if acs["state"] == "unknown" and not disabled:
+            self.warnings.append(
+                "the ACS state of PCI bridge %s is unknown: reading past the first 64 bytes of PCI configuration "
+                "space needs root; run the preflight with become: true" % ", ".join(acs["unreadable"]))
+
+    def check_kv_cache_dtype(self):
+        dtype = self.params["kv_cache_dtype"]
+        self.measured["kv_cache_dtype"] = dtype
+        if dtype.strip().lower() in FLOAT16_NAMES:
+            self.problems.append(
+                "%s: a float16 KV cache for a bf16 model such as Kimi-K2.5 silently produces garbage (vLLM PR #54338): "
+                "use auto (follows the checkpoint) or bfloat16" % self.setting("kv_cache_dtype"))
+
+    # ------------------------------------------------------------------ run
+
+    def summary(self):
+        m = self.measured
+        g = m["gpus"]
+        if g["count"]:
+            gpus = "%dx %s (%s), driver %s, CUDA %s" % (
+                g["count"], g["model"] or "mixed GPUs", ", ".join(g["compute_capabilities"]), g["driver_version"],
+                g["cuda_version"] or "unknown")
+            if g["interconnect"] == "nvlink":
+                gpus += ", NVLink"
+            elif g["pcie_only"] and g["count"] > 1:
+                gpus += ", PCIe only (%s)" % ", ".join(g["link_types"])
+        else:
+            gpus = "no GPU"
+        d = m["disk"]
+        if d["needed_bytes"] is not None:
+            disk = "disk %s free at %s, %s needed" % (gb(d["free_bytes"]), d["measured_path"], gb(d["needed_bytes"]))
+        else:
+            disk = "disk not checked"
+        s = m["shm"]
+        shm = "%s %s free of %s" % (s["path"], gb(s["free_bytes"]), gb(s["total_bytes"])) if s["total_bytes"] is not None else "%s missing" % s["path"]
+        n = m["nofile"]
+        nofile = "open files %s (%s)" % ("unlimited" if n["effective"] is None else n["effective"], n["source"])
+        i = m["iommu"]
+        iommu = "IOMMU %s" % (i["mode"] if i["enabled"] else "off")
+        acs = "ACS %s" % m["acs"]["state"]
+        return "%s; %s; %s; %s; %s; %s; %s, %s" % (
+            gpus, disk, shm, nofile, iommu, acs, plural(len(self.problems), "problem"), plural(len(self.warnings), "warning"))
+
+    def run(self):
+        self.check_inputs()
+        self.check_gpus()
+        self.check_disk()
+        self.check_shm()
+        self.check_nofile()
+        addresses = self.gpu_addresses()
+        self.check_iommu(addresses)
+        self.check_acs(addresses)
+        self.check_nccl()
+        self.check_kv_cache_dtype()
+        for warning in self.warnings:
+            self.module.warn(warning)
+        # Ansible owns the result's `warnings` key: module.warn() fills it (passing it to exit_json
+        # is deprecated), and a registered result holds the messages there as strings.
+        result = dict(changed=False, problems=self.problems, measured=self.measured, msg=self.summary())
+        if self.problems and self.params["fail_on_problems"]:
+            result["msg"] = "%s on this host, fix %s before deploying:\n%s" % (
+                plural(len(self.problems), "problem"), "it" if len(self.problems) == 1 else "them",
+                "\n".join(self.problems))
+            self.module.fail_json(**result)
+        self.module.exit_json(**result)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            gpu_info=dict(type="dict", required=True),
+            tensor_parallel_size=dict(type="int", required=True),
+            pipeline_parallel_size=dict(type="int", default=1),
+            nnodes=dict(type="int", default=1),
+            min_compute_capability=dict(type="str", default="8.0"),
+            min_cuda_version=dict(type="str", default="12.8"),
+            min_driver_version=dict(type="str"),
+            model_dir=dict(type="path", required=True),
+            model_size_bytes=dict(type="int", required=True),
+            disk_margin_percent=dict(type="int", default=5),
+            shm_dir=dict(type="path", default="/dev/shm"),
+            shm_min_bytes=dict(type="int", default=16 * GIB),
+            nofile_min=dict(type="int", default=65536),
+            nofile_service_limit=dict(type="int", default=0),
+            nccl_env=dict(type="dict", default={}),
+            kv_cache_dtype=dict(type="str", default="auto"),
+            fail_on_problems=dict(type="bool", default=True),
+            variable_prefix=dict(type="str", default=""),
+            sysfs_root=dict(type="path", default="/sys"),
+            proc_root=dict(type="path", default="/proc"),
+        ),
+        supports_check_mode=True,
+    )
+    Preflight(module).run()
+
+
+if __name__ == "__main__":
+    main()

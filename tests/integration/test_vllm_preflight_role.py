@@ -1,0 +1,300 @@
+"""The vllm_preflight role through ansible-playbook from the checkout, on two local "hosts".
+
+The GPUs are the test-fixture nvidia-smi's (tests/fixtures/bin/nvidia-smi, scenario from
+FLEET_VLLM_FAKE_GPUS); the Hub is a local HTTP server on 127.0.0.1 that answers the tree API
+(``GET /api/models/{repo}/tree/{revision}?recursive=true``) with a listing shaped like the
+Hub's (``{type, path, size, oid[, lfs: {oid, size, pointerSize}]}``) and records what it was
+asked. Everything else (disk, /dev/shm, limits, /sys, /proc) is this machine's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import FIXTURES, ROOT
+
+pytestmark = pytest.mark.integration
+
+PLAYBOOK = ROOT / "tests" / "integration" / "playbooks" / "vllm_preflight.yml"
+ROLE = ROOT / "roles" / "vllm_preflight"
+BIN = Path(sys.executable).parent
+FAKE_SMI = FIXTURES / "bin" / "nvidia-smi"
+REPO = "nvidia/Kimi-K2.5-NVFP4"
+TREE_PATH = "/api/models/%s/tree/main?recursive=true" % REPO
+TOKEN = "hf_fleetvllmTestTokenNotReal0123456789"  # never a real token for a test server
+HOSTS = ("gpu-a", "gpu-b")
+GB = 1000 ** 3
+
+
+def listing(shards, shard_bytes):
+    """A revision's tree as the Hub lists it: small files in git, shards in LFS. For LFS files
+    `size` is set to the pointer's size here, so that only lfs.size gives the right total."""
+    files = [
+        {"type": "file", "path": ".gitattributes", "size": 1519, "oid": "a6344aac8c09253b3b630fb776ae94478aa0275b"},
+        {"type": "file", "path": "config.json", "size": 3481, "oid": "5c2b8e37d8a0a4b2a0c1a3b5f3a51b4b25b1e2a1"},
+        {"type": "directory", "path": "docs", "size": 0, "oid": "9a1e2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c"},
+        {"type": "file", "path": "docs/deploy.md", "size": 2000, "oid": "0d4e5f60718293a4b5c6d7e8f9001122334455aa"},
+    ]
+    for i in range(1, shards + 1):
+        files.append({
+            "type": "file", "path": "model-%05d-of-%05d.safetensors" % (i, shards), "size": 135,
+            "oid": "%040x" % i,
+            "lfs": {"oid": "%064x" % i, "size": shard_bytes, "pointerSize": 135},
+        })
+    total = 1519 + 3481 + 2000 + shards * shard_bytes
+    return files, total
+
+
+class FakeHub(object):
+    """The tree API of a Hub mirror on 127.0.0.1: answers `routes` ({path: (status, JSON body[, headers])})."""
+
+    def __init__(self, routes):
+        self.routes = routes
+        self.requests = []
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                hub.requests.append((self.path, self.headers.get("Authorization")))
+                status, body, headers = (hub.routes.get(self.path, (404, {"error": "Repository Not Found"})) + ({},))[:3]
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Type", "application/json; charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = "http://127.0.0.1:%d" % self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def hub():
+    servers = []
+
+    def start(routes):
+        server = FakeHub(routes)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def play(tmp_path, extra, *flags, scenario="rtx-pro-6000-x8"):
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("[gpu_hosts]\n" + "".join(
+        "%s ansible_connection=local ansible_python_interpreter=%s\n" % (name, sys.executable) for name in HOSTS))
+    env = dict(
+        os.environ,
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+        ANSIBLE_INJECT_FACT_VARS="false",
+        ANSIBLE_LOCALHOST_WARNING="false",
+        FLEET_VLLM_FAKE_GPUS=scenario,
+        NO_PROXY="127.0.0.1,localhost",
+        no_proxy="127.0.0.1,localhost",
+        PATH=str(BIN) + os.pathsep + os.environ.get("PATH", ""),
+    )
+    variables = dict(
+        vllm_preflight_nvidia_smi=str(FAKE_SMI),
+        vllm_preflight_model_dir=str(tmp_path / "models" / "nvidia--Kimi-K2.5-NVFP4"),
+        vllm_preflight_hf_token=TOKEN,
+        # This machine's limits are not what the check is about: the vLLM unit's LimitNOFILE
+        # stands in (checked against this kernel's fs.nr_open), and a small /dev/shm suffices.
+        vllm_preflight_nofile_service_limit=65536,
+        vllm_preflight_shm_min_bytes=1024 * 1024,
+    )
+    variables.update(extra)
+    proc = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(inventory), str(PLAYBOOK), "-e", json.dumps(variables), *flags],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    try:
+        out = json.loads(proc.stdout)
+    except ValueError:
+        raise AssertionError("ansible-playbook printed no JSON:\n%s\n%s" % (proc.stdout, proc.stderr))
+    return proc, out
+
+
+def results(out, task_name):
+    """{host: result} of the task whose name ends with task_name (empty when it did not run)."""
+    for task in out["plays"][0]["tasks"]:
+        if task["task"]["name"].endswith(task_name):
+            return task["hosts"]
+    return {}
+
+
+def free_bytes(path):
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def test_a_540_gb_listing_on_a_small_disk_fails_before_anything_is_written(tmp_path, hub):
+    shards = 119
+    shard_bytes = max(540 * GB, 2 * free_bytes(tmp_path)) // shards
+    files, total = listing(shards, shard_bytes)
+    server = hub({TREE_PATH: (200, files)})
+    proc, out = play(tmp_path, {"vllm_preflight_hub_endpoint": server.endpoint})
+
+    assert proc.returncode == 2, proc.stderr
+    assert server.requests == [(TREE_PATH, "Bearer " + TOKEN)]  # once for both hosts, with the token
+    checked = results(out, "Check the host against what vLLM and the model need")
+    assert sorted(checked) == list(HOSTS)
+    for result in checked.values():
+        assert result["failed"] is True and result["changed"] is False
+        disk = result["measured"]["disk"]
+        assert disk["model_size_bytes"] == total and disk["needed_bytes"] == total + total * 5 // 100
+        assert result["problems"] == [
+            "vllm_preflight_model_dir=%s has %.1f GB free (file system at %s), the model needs %.1f GB there (%.1f GB, "
+            "0.0 GB already there, + 5%% margin): free space there, or point vllm_preflight_model_dir at a larger file "
+            "system" % (tmp_path / "models" / "nvidia--Kimi-K2.5-NVFP4", disk["free_bytes"] / GB, tmp_path,
+                        disk["needed_bytes"] / GB, total / GB)]
+        assert result["msg"] == "1 problem on this host, fix it before deploying:\n" + result["problems"][0]
+    assert results(out, "Report the host's preflight") == {}
+    assert all(out["stats"][name]["failures"] == 1 for name in HOSTS)
+    assert not (tmp_path / "models").exists()
+    assert TOKEN not in proc.stdout + proc.stderr
+
+
+def test_a_listing_that_fits_passes_and_reports_each_host(tmp_path, hub):
+    files, total = listing(119, 10 * 1024 * 1024)
+    server = hub({TREE_PATH: (200, files)})
+    proc, out = play(tmp_path, {"vllm_preflight_hub_endpoint": server.endpoint + "/"})
+
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert server.requests == [(TREE_PATH, "Bearer " + TOKEN)]
+    checked = results(out, "Check the host against what vLLM and the model need")
+    reports = results(out, "Report the host's preflight")
+    assert sorted(checked) == sorted(reports) == list(HOSTS)
+    for name in HOSTS:
+        result = checked[name]
+        assert result["changed"] is False and result["problems"] == []
+        assert result["measured"]["disk"]["model_size_bytes"] == total
+        assert result["measured"]["gpus"]["count"] == 8 and result["measured"]["gpus"]["sys_pairs"] == 16
+        assert result["measured"]["nofile"]["source"] == "the vLLM unit's LimitNOFILE"
+        assert any(w.startswith("GPUs talk over PCIe only (NODE, SYS)") for w in result["warnings"]), result["warnings"]
+        assert reports[name]["msg"] == result["msg"]
+        assert reports[name]["msg"].startswith(
+            "8x NVIDIA RTX PRO 6000 Blackwell Server Edition (12.0), driver 580.95.05, CUDA 13.0, PCIe only (NODE, SYS); disk ")
+        assert reports[name]["msg"].endswith("; 0 problems, 1 warning")
+    assert all(out["stats"][name]["changed"] == 0 and out["stats"][name]["failures"] == 0 for name in HOSTS)
+    assert not (tmp_path / "models").exists()
+    assert TOKEN not in proc.stdout + proc.stderr
+
+
+def test_check_mode_lists_the_hub_and_checks_the_same(tmp_path, hub):
+    files, total = listing(119, 10 * 1024 * 1024)
+    server = hub({TREE_PATH: (200, files)})
+    proc, out = play(tmp_path, {"vllm_preflight_hub_endpoint": server.endpoint}, "--check")
+
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert server.requests == [(TREE_PATH, "Bearer " + TOKEN)]  # the GET runs in check mode too
+    checked = results(out, "Check the host against what vLLM and the model need")
+    assert sorted(checked) == list(HOSTS)
+    assert all(r["measured"]["disk"]["model_size_bytes"] == total and r["problems"] == [] for r in checked.values())
+    assert sorted(results(out, "Report the host's preflight")) == list(HOSTS)
+    assert not (tmp_path / "models").exists()
+
+    # And the same listing on too small a disk fails in check mode as well.
+    big, dummy = listing(119, max(540 * GB, 2 * free_bytes(tmp_path)) // 119)
+    server.routes[TREE_PATH] = (200, big)
+    proc, out = play(tmp_path, {"vllm_preflight_hub_endpoint": server.endpoint}, "--check")
+    assert proc.returncode == 2
+    assert all("the model needs" in r["msg"] for r in results(out, "Check the host against what vLLM and the model need").values())
+
+
+def test_a_listing_that_fails_names_the_endpoint_and_the_way_out(tmp_path, hub):
+    server = hub({})
+    proc, out = play(tmp_path, {"vllm_preflight_hub_endpoint": server.endpoint, "vllm_preflight_model_revision": "v9"})
+
+    assert proc.returncode == 2
+    assert server.requests == [("/api/models/%s/tree/v9?recursive=true" % REPO, "Bearer " + TOKEN)]
+    listed = results(out, "List the files of the model revision")
+    assert list(listed.values())[0]["censored"].startswith("the output has been hidden")
+    failed = list(results(out, "Fail when the revision's files could not be listed").values())
+    assert len(failed) == 1 and failed[0]["failed"] is True
+    assert failed[0]["msg"] == (
+        "Cannot list the files of %s at revision v9 from %s (GET %s/api/models/%s/tree/v9?recursive=true): "
+        "HTTP 404, Status code was 404 and not [200]: HTTP Error 404: Not Found. Check vllm_preflight_hub_endpoint, vllm_preflight_model_repo, "
+        "vllm_preflight_model_revision and vllm_preflight_hf_token (gated and private models need one), or set "
+        "vllm_preflight_model_size_bytes to the model's size in bytes." % (REPO, server.endpoint, server.endpoint, REPO))
+    assert results(out, "Check the host against what vLLM and the model need") == {}
+    assert TOKEN not in proc.stdout + proc.stderr
+
+
+def test_a_listing_of_several_pages_is_refused_rather_than_undercounted(tmp_path, hub):
+    """The Hub pages long listings with a Link header (rel="next"); the role reads one page only."""
+    files, dummy = listing(119, 10 * 1024 * 1024)
+    server = hub({})
+    server.routes[TREE_PATH] = (200, files[:50], {"Link": '<%s/api/models/%s/tree/main?recursive=true&cursor=ZXlK>; rel="next"'
+                                                  % (server.endpoint, REPO)})
+    proc, out = play(tmp_path, {"vllm_preflight_hub_endpoint": server.endpoint})
+
+    assert proc.returncode == 2
+    failed = list(results(out, "Fail when the revision's files could not be listed").values())
+    assert len(failed) == 1
+    assert ("?recursive=true): the listing has more than one page, which this role does not follow. Check "
+            "vllm_preflight_hub_endpoint") in failed[0]["msg"]
+    assert results(out, "Check the host against what vLLM and the model need") == {}
+
+
+def test_a_given_size_skips_the_hub_and_too_few_gpus_fail(tmp_path, hub):
+    server = hub({})
+    proc, out = play(tmp_path, {"vllm_preflight_hub_endpoint": server.endpoint, "vllm_preflight_model_size_bytes": GB},
+                     scenario="rtx-pro-6000-ws-x4")
+
+    assert proc.returncode == 2
+    assert server.requests == []
+    assert [r.get("skipped") for r in results(out, "List the files of the model revision").values()] == [True]
+    for result in results(out, "Check the host against what vLLM and the model need").values():
+        assert result["measured"]["disk"]["model_size_bytes"] == GB
+        assert result["problems"] == [
+            "8 GPUs needed for vllm_preflight_tensor_parallel_size=8 x vllm_preflight_pipeline_parallel_size=1, this "
+            "host has 4: lower them or use another host"]
+
+
+def test_settings_the_specs_cannot_check_fail_first_with_what_to_do(tmp_path, hub):
+    server = hub({})
+    proc, out = play(tmp_path, {"vllm_preflight_hub_endpoint": server.endpoint, "vllm_preflight_tensor_parallel_size": 0,
+                                "vllm_preflight_nccl_env": {"NCCL_PROTO": "LL", "CUDA_VISIBLE_DEVICES": "0"}})
+
+    assert proc.returncode == 2 and server.requests == []
+    failed = results(out, "Check the settings that argument specs cannot express")
+    assert sorted(failed) == list(HOSTS)
+    for result in failed.values():
+        assert result["msg"] == (
+            "vllm_preflight_tensor_parallel_size is 0: set it to the number of GPUs one model replica spans (1 or "
+            "more); vllm_preflight_nccl_env holds CUDA_VISIBLE_DEVICES: it is for NCCL_* variables only")
+    assert results(out, "Read the GPUs of the host") == {}
+
+
+def test_argument_specs_mirror_the_defaults_key_for_key():
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    options = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    assert list(options) == list(defaults)
+    for name, spec in options.items():
+        assert spec["default"] == defaults[name], name
+        assert spec["description"], name
+    assert options["vllm_preflight_hf_token"].get("no_log") is True
