@@ -1,0 +1,118 @@
+"""The vllm_kv_cache role decides from the real vLLM: the 0.16.0 build (before FP8 MLA on
+SM120) must strip the FP8 KV cache of a Kimi-K2.5-NVFP4 checkpoint on compute capability 12.0;
+0.33.0 must keep it, restoring what the old build stripped; reruns change nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, ROOT, snapshot
+
+pytestmark = [pytest.mark.integration, pytest.mark.vllm]
+
+PLAYBOOK = ROOT / "tests" / "integration" / "playbooks" / "vllm_kv_cache.yml"
+BIN = Path(sys.executable).parent
+
+
+def play(model, python, *flags, **extra):
+    env = dict(
+        os.environ,
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
+        ANSIBLE_LOCALHOST_WARNING="false",
+        FLEET_VLLM_FAKE_GPUS="rtx-pro-6000-x8",
+        PATH=os.pathsep.join([str(FIXTURES / "bin"), str(BIN), os.environ.get("PATH", "")]),
+    )
+    variables = {
+        "vllm_kv_cache_model_path": str(model),
+        "vllm_kv_cache_python": str(python),
+        "vllm_kv_cache_probe_environment": {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"},
+    }
+    variables.update(extra)
+    proc = subprocess.run(
+        [str(BIN / "ansible-playbook"), str(PLAYBOOK), "-e", json.dumps(variables), *flags],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False,
+    )
+    try:
+        out = json.loads(proc.stdout)
+    except ValueError:
+        pytest.fail("ansible-playbook printed no JSON: %s %s" % (proc.stdout[-2000:], proc.stderr[-2000:]))
+    # Task names as the play prints them, without the "fleet.vllm.vllm_kv_cache : " prefix.
+    tasks = {t["task"]["name"].split(" : ")[-1]: t["hosts"]["localhost"] for t in out["plays"][0]["tasks"]}
+    return proc.returncode, out["stats"]["localhost"], tasks
+
+
+def decision(tasks):
+    return tasks["Report the KV-cache decision"]["msg"]
+
+
+def test_old_vllm_strips_new_vllm_restores(tmp_path, vllm_venv_old, vllm_venv):
+    model = tmp_path / "served"
+    shutil.copytree(FIXTURES / "models" / "kimi-k2.5-nvfp4", model)
+    pristine = snapshot(model)
+    old, new = vllm_venv_old / "bin" / "python", vllm_venv / "bin" / "python"
+
+    rc, stats, tasks = play(model, old, "--check")
+    assert rc == 0, tasks
+    assert stats["changed"] == 1 and snapshot(model) == pristine
+    probe = tasks["Ask the installed vLLM whether a backend accepts the checkpoint's KV-cache dtype"]
+    assert probe["vllm_version"].startswith("0.16.0")
+    assert probe["backend_available"] is False
+    triton = [b for b in probe["backends"] if b["name"] == "TRITON_MLA"]
+    assert triton and triton[0]["accepts"] is False
+
+    rc, stats, tasks = play(model, old)
+    assert rc == 0 and stats["changed"] == 1
+    line = decision(tasks)
+    assert "checkpoint asks for fp8_e4m3; vLLM 0.16.0" in line and "compute capability 12.0" in line
+    assert "-> strip" in line and line.endswith("vLLM resolves --kv-cache-dtype auto to auto")
+    assert "kv_cache_scheme" not in json.loads((model / "config.json").read_text())["quantization_config"]
+
+    # Each run asks vLLM, whose import takes about 40 s: the rerun with nothing to do is checked
+    # once, after the upgrade, and for the strip side in test_forced_policies_need_no_probe.
+    rc, stats, tasks = play(model, new)
+    assert rc == 0 and stats["changed"] == 1
+    line = decision(tasks)
+    assert "vLLM 0.33.0" in line and "TRITON_MLA: accepts" in line and "-> keep it" in line
+    assert snapshot(model) == pristine, "the upgrade did not restore the checkpoint's FP8 KV cache"
+
+    rc, stats, tasks = play(model, new)
+    assert rc == 0 and stats["changed"] == 0 and snapshot(model) == pristine
+
+
+def test_forced_policies_need_no_probe(tmp_path):
+    model = tmp_path / "served"
+    shutil.copytree(FIXTURES / "models" / "kimi-k2.5-nvfp4", model)
+    pristine = snapshot(model)
+    nowhere = tmp_path / "no-venv" / "python"  # the probe must not run for forced policies
+
+    rc, stats, tasks = play(model, nowhere, "--check", vllm_kv_cache_policy="strip")
+    assert rc == 0 and stats["changed"] == 1 and snapshot(model) == pristine, tasks
+    rc, stats, tasks = play(model, nowhere, vllm_kv_cache_policy="strip")
+    assert rc == 0 and stats["changed"] == 1, tasks
+    assert decision(tasks).startswith("policy strip: checkpoint asks for fp8_e4m3 -> strip")
+    stripped = snapshot(model)
+    rc, stats, tasks = play(model, nowhere, vllm_kv_cache_policy="strip")
+    assert rc == 0 and stats["changed"] == 0 and snapshot(model) == stripped
+    rc, stats, tasks = play(model, nowhere, vllm_kv_cache_policy="keep")
+    assert rc == 0 and stats["changed"] == 1
+    assert snapshot(model) == pristine
+
+
+def test_bad_policy_fails_before_anything_changes(tmp_path):
+    model = tmp_path / "served"
+    shutil.copytree(FIXTURES / "models" / "kimi-k2.5-nvfp4", model)
+    pristine = snapshot(model)
+    rc, stats, tasks = play(model, tmp_path / "python", vllm_kv_cache_policy="sometimes")
+    assert rc != 0 and stats["failures"] == 1
+    failed = [t for t in tasks.values() if t.get("failed")]
+    assert "vllm_kv_cache_policy" in failed[0]["msg"] and "sometimes" in failed[0]["msg"]
+    assert snapshot(model) == pristine
