@@ -1,0 +1,145 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, fleet.vllm developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+name: vllm_server_argv
+short_description: Render vLLM engine arguments to an argv list
+version_added: "0.1.0"
+author: fleet.vllm developers (@fleet-vllm)
+description:
+  - Turns a dict of vLLM engine arguments (names as in C(vllm serve --help), with underscores or
+    dashes, without the leading C(--)) into the argument list of the server, in the order given.
+  - V(true) gives the bare flag (C(--trust-remote-code)); V(false), V(null) and V("") leave the
+    flag out; a list gives the flag followed by each item (C(--served-model-name a b)); a dict
+    gives the flag followed by its JSON text (C(--hf-overrides {"a":1})), as one argument; anything else gives
+    the flag and its text.
+  - O(extra) adds more arguments after them - a dict rendered the same way, or a list of strings
+    taken as they are. Extra arguments may not repeat a flag of O(_input), nor carry a secret
+    (C(--api-key), C(--hf-token)), nor use C(--disable-log-requests) (deprecated, rejected by
+    some builds, and redundant - request logging is off by default).
+  - Companion filter P(fleet.vllm.systemd_exec_args#filter) quotes the list for a systemd
+    C(ExecStart=) line.
+options:
+  _input:
+    description: The engine arguments, in order.
+    type: dict
+    required: true
+  extra:
+    description: More arguments, a dict (rendered like O(_input)) or a list of strings.
+    type: raw
+    default: {}
+  variable:
+    description: The variable O(extra) comes from, for error messages.
+    type: str
+    default: vllm_server_extra_args
+"""
+
+EXAMPLES = r"""
+- name: Render the server's arguments
+  ansible.builtin.set_fact:
+    argv: >-
+      {{ {'model': '/srv/models/kimi', 'tensor_parallel_size': 8, 'trust_remote_code': true}
+         | fleet.vllm.vllm_server_argv(extra={'max_num_seqs': 64}) }}
+# ['--model', '/srv/models/kimi', '--tensor-parallel-size', '8', '--trust-remote-code', '--max-num-seqs', '64']
+"""
+
+RETURN = r"""
+_value:
+  description: The argument list, every item a string.
+  type: list
+  elements: str
+"""
+
+import json
+import re
+
+from ansible.errors import AnsibleFilterError
+from ansible.module_utils.common.text.converters import to_text
+
+from collections.abc import Mapping, Sequence
+
+FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+# Flags an extra argument may not set: secrets belong in the EnvironmentFile, never on argv.
+SECRET_FLAGS = {"--api-key": "vllm_server_api_key", "--hf-token": "vllm_server_hf_token"}
+REFUSED_FLAGS = {
+    "--disable-log-requests": "it is deprecated (vLLM PR #21739), rejected by some builds, and "
+                              "request logging is already off by default",
+}
+
+
+def _flag(name):
+    name = to_text(name)
+    if not FLAG_NAME.match(name):
+        raise ValueError("%r is not an engine argument name (use names such as tensor_parallel_size)" % name)
+    return "--" + name.replace("_", "-").lower()
+
+
+def _scalar(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return to_text(value)
+
+
+def _render(args):
+    argv = []
+    for name, value in args.items():
+        flag = _flag(name)
+        if value is None or value is False or (isinstance(value, str) and value == ""):
+            continue
+        if value is True:
+            argv.append(flag)
+        elif isinstance(value, Mapping):
+            argv.extend([flag, json.dumps(dict(value), sort_keys=True, separators=(",", ":"))])
+        elif isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+            if not value:
+                continue
+            argv.append(flag)
+            argv.extend(_scalar(item) for item in value)
+        else:
+            argv.extend([flag, _scalar(value)])
+    return argv
+
+
+def _flags_in(argv):
+    return {arg.split("=", 1)[0].replace("_", "-") for arg in argv if arg.startswith("--")}
+
+
+def vllm_server_argv(args, extra=None, variable="vllm_server_extra_args"):
+    if not isinstance(args, Mapping):
+        raise AnsibleFilterError("vllm_server_argv expects a dict of engine arguments, got %s" % type(args).__name__)
+    try:
+        argv = _render(args)
+    except ValueError as exc:
+        raise AnsibleFilterError("engine arguments: %s" % exc)
+    extra = {} if extra is None else extra
+    if isinstance(extra, Mapping):
+        try:
+            more = _render(extra)
+        except ValueError as exc:
+            raise AnsibleFilterError("%s: %s" % (variable, exc))
+    elif isinstance(extra, Sequence) and not isinstance(extra, (str, bytes)):
+        more = [to_text(item) for item in extra]
+    else:
+        raise AnsibleFilterError("%s must be a dict of engine arguments or a list of strings, got %r" % (variable, extra))
+    for flag in sorted(_flags_in(more)):
+        if flag in SECRET_FLAGS:
+            raise AnsibleFilterError(
+                "%s sets %s: secrets never go on the command line (it is visible to every user in ps); "
+                "set %s, which goes to the root-only environment file" % (variable, flag, SECRET_FLAGS[flag]))
+        if flag in REFUSED_FLAGS:
+            raise AnsibleFilterError("%s sets %s: leave it out, %s" % (variable, flag, REFUSED_FLAGS[flag]))
+    twice = sorted(_flags_in(more) & _flags_in(argv))
+    if twice:
+        raise AnsibleFilterError(
+            "%s sets %s, which the role already sets from its own variables: change those instead"
+            % (variable, ", ".join(twice)))
+    return argv + more
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"vllm_server_argv": vllm_server_argv}

@@ -1,0 +1,267 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, fleet.vllm developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: vllm_server_wait
+short_description: Wait for a vLLM server to load its model, then prove it answers
+version_added: "0.1.0"
+description:
+  - Polls C(GET /health) of a vLLM OpenAI-compatible server until it answers 200. A refused or
+    timed-out connection means the model is still loading (500 GB take tens of minutes).
+  - Meanwhile, with O(unit) set, watches the systemd unit - when it fails, stops, or restarts
+    (C(NRestarts) grows, C(SubState=auto-restart)) the module fails at once with the last
+    O(journal_lines) lines of its journal, instead of waiting for the timeout. A 503 from
+    C(/health) (the engine died) fails the same way.
+  - Then, with O(check_models), C(GET /v1/models) must list O(served_model_name); with
+    O(check_completion), a one-token C(POST /v1/chat/completions) must return a choice
+    (C(/health) can stay 200 while the engine hangs, vLLM issue 39863).
+  - Only reads; it changes nothing.
+author:
+  - fleet.vllm developers (@fleet-vllm)
+attributes:
+  check_mode:
+    support: full
+    description: Runs in check mode as without it; it only reads.
+  diff_mode:
+    support: none
+    description: Nothing changes.
+  platform:
+    support: full
+    platforms: posix
+    description: Runs on the host of the service.
+options:
+  url:
+    description: Base URL of the server.
+    type: str
+    default: http://127.0.0.1:8000
+  unit:
+    description: The systemd unit serving it, such as C(vllm.service). Not set, only the endpoint is watched.
+    type: str
+  served_model_name:
+    description: The model name the server must list and answer to. Required with O(check_models) or O(check_completion).
+    type: str
+  api_key:
+    description: The server's API key (C(VLLM_API_KEY)), sent as a bearer token.
+    type: str
+  timeout:
+    description: Seconds to wait for C(/health) to answer 200.
+    type: int
+    default: 3600
+  interval:
+    description: Seconds between polls.
+    type: int
+    default: 10
+  request_timeout:
+    description: Seconds one request may take (the first completion after a load can be slow).
+    type: int
+    default: 300
+  check_models:
+    description: Require O(served_model_name) in C(/v1/models).
+    type: bool
+    default: true
+  check_completion:
+    description: Require a one-token chat completion.
+    type: bool
+    default: true
+  journal_lines:
+    description: Journal lines to return when the unit dies.
+    type: int
+    default: 50
+"""
+
+EXAMPLES = r"""
+- name: Wait for the model to load and answer
+  fleet.vllm.vllm_server_wait:
+    url: http://127.0.0.1:8000
+    unit: vllm.service
+    served_model_name: kimi-k2.5
+    timeout: 3600
+"""
+
+RETURN = r"""
+ready:
+  description: Whether the server answered everything asked of it.
+  returned: always
+  type: bool
+elapsed:
+  description: Seconds waited.
+  returned: always
+  type: int
+health_status:
+  description: The last HTTP status of C(/health); V(null) while the connection was refused.
+  returned: always
+  type: int
+models:
+  description: The model ids C(/v1/models) lists.
+  returned: always
+  type: list
+  elements: str
+completion:
+  description: The text of the one-token completion; V(null) when not asked.
+  returned: always
+  type: str
+unit_state:
+  description: The unit's C(ActiveState), C(SubState), C(Result) and C(NRestarts) at the last poll; empty without O(unit).
+  returned: always
+  type: dict
+journal:
+  description: The last lines of the unit's journal when it died, else empty.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import json
+import socket
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_native, to_text
+from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
+from ansible.module_utils.urls import open_url
+
+
+class Waiter(object):
+    def __init__(self, module):
+        self.module = module
+        self.params = module.params
+        self.base = self.params["url"].rstrip("/")
+        self.result = dict(changed=False, ready=False, elapsed=0, health_status=None, models=[],
+                           completion=None, unit_state={}, journal=[])
+        self.start = time.time()
+
+    def headers(self):
+        headers = {"Content-Type": "application/json"}
+        if self.params["api_key"]:
+            headers["Authorization"] = "Bearer " + self.params["api_key"]
+        return headers
+
+    def fail(self, msg):
+        self.result["elapsed"] = int(time.time() - self.start)
+        self.module.fail_json(msg=msg, **self.result)
+
+    def request(self, path, data=None):
+        """(status, body) or (None, reason) when nothing answered."""
+        try:
+            response = open_url(self.base + path, data=data, headers=self.headers(),
+                                method="POST" if data is not None else "GET",
+                                timeout=self.params["request_timeout"], validate_certs=False)
+            return response.getcode(), response.read()
+        except HTTPError as exc:
+            return exc.code, exc.read() if hasattr(exc, "read") else b""
+        except (URLError, socket.timeout, ConnectionError, OSError) as exc:
+            return None, to_native(getattr(exc, "reason", exc))
+
+    def unit_state(self):
+        systemctl = self.module.get_bin_path("systemctl", required=True)
+        rc, out, err = self.module.run_command(
+            [systemctl, "show", self.params["unit"], "--property=ActiveState,SubState,Result,NRestarts"],
+            environ_update={"LC_ALL": "C"})
+        if rc != 0:
+            self.fail("cannot read the state of %s: %s" % (self.params["unit"], err.strip()))
+        state = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+        self.result["unit_state"] = state
+        return state
+
+    def journal(self):
+        journalctl = self.module.get_bin_path("journalctl")
+        if not journalctl or not self.params["unit"]:
+            return []
+        rc, out, err = self.module.run_command(
+            [journalctl, "-u", self.params["unit"], "-n", str(self.params["journal_lines"]), "--no-pager", "-o", "cat"],
+            environ_update={"LC_ALL": "C"})
+        return out.splitlines() if rc == 0 else ["journalctl failed: %s" % err.strip()]
+
+    def died(self, why):
+        self.result["journal"] = self.journal()
+        self.fail("%s; the last lines of its journal:\n%s" % (why, "\n".join(self.result["journal"])))
+
+    def wait_health(self):
+        restarts = None
+        if self.params["unit"]:
+            restarts = self.unit_state().get("NRestarts")
+        deadline = self.start + self.params["timeout"]
+        while True:
+            if self.params["unit"]:
+                state = self.unit_state()
+                if state.get("ActiveState") in ("failed", "inactive", "deactivating") or state.get("SubState") == "auto-restart" \
+                        or state.get("NRestarts") != restarts:
+                    self.died("%s is %s/%s (result %s, %s restarts) while the model was loading" % (
+                        self.params["unit"], state.get("ActiveState"), state.get("SubState"), state.get("Result"),
+                        state.get("NRestarts")))
+            status, body = self.request("/health")
+            self.result["health_status"] = status
+            if status == 200:
+                return
+            if status == 503:
+                self.died("%s/health answers 503: the engine died" % self.base)
+            if time.time() >= deadline:
+                self.fail("%s/health did not answer 200 within %d seconds (last: %s); raise the timeout if the model "
+                          "is still loading" % (self.base, self.params["timeout"],
+                                                "HTTP %s" % status if status else to_text(body)))
+            time.sleep(max(1, self.params["interval"]))
+
+    def check_models(self):
+        status, body = self.request("/v1/models")
+        if status != 200:
+            self.fail("%s/v1/models answers %s: %s" % (self.base, status, to_text(body)[:500]))
+        try:
+            self.result["models"] = [m.get("id") for m in json.loads(body).get("data", [])]
+        except (ValueError, AttributeError) as exc:
+            self.fail("%s/v1/models is not a model list: %s" % (self.base, to_native(exc)))
+        if self.params["served_model_name"] not in self.result["models"]:
+            self.fail("%s/v1/models lists %s, not %s" % (self.base, ", ".join(map(str, self.result["models"])) or "nothing",
+                                                         self.params["served_model_name"]))
+
+    def check_completion(self):
+        payload = {"model": self.params["served_model_name"], "max_tokens": 1,
+                   "messages": [{"role": "user", "content": "Say OK."}]}
+        status, body = self.request("/v1/chat/completions", data=json.dumps(payload))
+        if status != 200:
+            self.fail("a one-token chat completion answers %s: %s" % (status, to_text(body)[:500]))
+        try:
+            choice = json.loads(body)["choices"][0]
+            message = choice.get("message") or {}
+            self.result["completion"] = to_text(message.get("content") or message.get("reasoning_content") or "")
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            self.fail("a one-token chat completion returned no choice (%s): %s" % (to_native(exc), to_text(body)[:500]))
+
+    def run(self):
+        self.wait_health()
+        if self.params["check_models"]:
+            self.check_models()
+        if self.params["check_completion"]:
+            self.check_completion()
+        self.result["ready"] = True
+        self.result["elapsed"] = int(time.time() - self.start)
+        self.module.exit_json(**self.result)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            url=dict(type="str", default="http://127.0.0.1:8000"),
+            unit=dict(type="str"),
+            served_model_name=dict(type="str"),
+            api_key=dict(type="str", no_log=True),
+            timeout=dict(type="int", default=3600),
+            interval=dict(type="int", default=10),
+            request_timeout=dict(type="int", default=300),
+            check_models=dict(type="bool", default=True),
+            check_completion=dict(type="bool", default=True),
+            journal_lines=dict(type="int", default=50),
+        ),
+        required_if=[("check_models", True, ("served_model_name",)),
+                     ("check_completion", True, ("served_model_name",))],
+        supports_check_mode=True,
+    )
+    Waiter(module).run()
+
+
+if __name__ == "__main__":
+    main()

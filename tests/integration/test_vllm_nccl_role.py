@@ -1,0 +1,110 @@
+"""The vllm_nccl role writes the NCCL environment file: the seed's PCIe defaults, inventory
+overrides, null removing a default, names checked before anything is written, values that
+systemd and sh read back literally, check mode that writes nothing, reruns that change nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+pytestmark = [pytest.mark.integration]
+
+PLAYBOOK = ROOT / "tests" / "integration" / "playbooks" / "vllm_nccl.yml"
+BIN = Path(sys.executable).parent
+
+
+def play(env_file, *flags, **extra):
+    env = dict(
+        os.environ,
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
+        ANSIBLE_LOCALHOST_WARNING="false",
+    )
+    variables = {"vllm_nccl_env_file": str(env_file)}
+    variables.update(extra)
+    proc = subprocess.run(
+        [str(BIN / "ansible-playbook"), str(PLAYBOOK), "-e", json.dumps(variables), *flags],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    try:
+        out = json.loads(proc.stdout)
+    except ValueError:
+        pytest.fail("ansible-playbook printed no JSON: %s %s" % (proc.stdout[-2000:], proc.stderr[-2000:]))
+    tasks = {t["task"]["name"].split(" : ")[-1]: t["hosts"]["localhost"] for t in out["plays"][0]["tasks"]}
+    return proc.returncode, out["stats"]["localhost"], tasks
+
+
+def sourced(path):
+    """What a POSIX shell reads from the file (systemd's EnvironmentFile= reader unescapes the
+    same four characters inside double quotes: \\ " $ and the backquote)."""
+    out = subprocess.run(["/bin/sh", "-c", 'set -a; . "$1"; exec env -0', "sh", str(path)],
+                         env={}, capture_output=True, check=True).stdout.decode()
+    return dict(item.split("=", 1) for item in out.split("\0") if item and not item.startswith(("PWD=", "SHLVL=", "_=")))
+
+
+def test_defaults_check_mode_real_rerun(tmp_path):
+    env_file = tmp_path / "etc" / "nccl.env"
+    rc, stats, _ = play(env_file, "--check")
+    assert rc == 0 and stats["changed"] >= 1
+    assert not env_file.exists() and not env_file.parent.exists()
+
+    rc, stats, _ = play(env_file)
+    assert rc == 0 and stats["changed"] == 2  # the directory and the file
+    text = env_file.read_text()
+    assert text.startswith("#") and "Ansible managed" in "".join(text.splitlines()[:3])
+    assert [line for line in text.splitlines() if not line.startswith("#")] == [
+        'NCCL_P2P_LEVEL="SYS"', 'NCCL_PROTO="LL"']
+    st = env_file.stat()
+    assert stat.S_IMODE(st.st_mode) == 0o644 and st.st_uid == 0 and st.st_gid == 0
+    before = env_file.read_bytes()
+
+    for flags in (("--check",), ()):
+        rc, stats, _ = play(env_file, *flags)
+        assert rc == 0 and stats["changed"] == 0
+        assert env_file.read_bytes() == before
+
+
+def test_override_null_removes_a_default_and_values_read_back(tmp_path):
+    env_file = tmp_path / "etc" / "nccl.env"
+    odd = 'a b "q" $HOME `x` \\n 100%'
+    rc, stats, _ = play(env_file, vllm_nccl_env={
+        "NCCL_P2P_LEVEL": None, "NCCL_P2P_DISABLE": 1, "NCCL_DEBUG": "WARN",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "TORCH_NCCL_BLOCKING_WAIT": True, "NCCL_ODD": odd})
+    assert rc == 0 and stats["changed"] == 2
+    assert sourced(env_file) == {
+        "NCCL_PROTO": "LL", "NCCL_P2P_DISABLE": "1", "NCCL_DEBUG": "WARN",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "TORCH_NCCL_BLOCKING_WAIT": "1", "NCCL_ODD": odd}
+    assert "NCCL_P2P_LEVEL" not in env_file.read_text()
+
+
+@pytest.mark.parametrize("env, words", [
+    ({"LD_PRELOAD": "/tmp/x.so"}, ["vllm_nccl_env", "LD_PRELOAD", "NCCL_*"]),
+    ({"nccl proto": "LL"}, ["vllm_nccl_env", "nccl proto"]),
+    ({"VLLM_API_KEY": "secret"}, ["vllm_nccl_env", "VLLM_API_KEY", "vllm_server_api_key"]),
+    ({"NCCL_DEBUG": "a\nb"}, ["vllm_nccl_env", "NCCL_DEBUG", "line break"]),
+])
+def test_bad_input_fails_naming_the_variable_before_anything_changes(tmp_path, env, words):
+    env_file = tmp_path / "nccl.env"
+    env_file.write_text("untouched\n")
+    rc, stats, tasks = play(env_file, vllm_nccl_env=env)
+    assert rc != 0 and stats["failures"] == 1 and stats["changed"] == 0
+    failed = [t for t in tasks.values() if t.get("failed")]
+    assert all(word in failed[0]["msg"] for word in words), failed[0]["msg"]
+    assert env_file.read_text() == "untouched\n"
+    assert "secret" not in failed[0]["msg"]
+
+
+def test_relative_path_fails_naming_the_variable(tmp_path):
+    rc, stats, tasks = play("relative/nccl.env")
+    assert rc != 0 and stats["failures"] == 1
+    assert "vllm_nccl_env_file" in [t for t in tasks.values() if t.get("failed")][0]["msg"]
+    assert not (ROOT / "relative").exists()

@@ -1,0 +1,104 @@
+"""vllm_server: bad input fails before anything changes, naming the variable; the unit the role
+renders passes systemd-analyze verify and its ExecStart carries the seed's flags, quoted."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, ROOT
+
+pytestmark = [pytest.mark.integration]
+
+BIN = Path(sys.executable).parent
+
+
+def play(playbook, **extra):
+    env = dict(
+        os.environ,
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
+        ANSIBLE_LOCALHOST_WARNING="false",
+        FLEET_VLLM_FAKE_GPUS="rtx-pro-6000-x8",
+        PATH=os.pathsep.join([str(FIXTURES / "bin"), str(BIN), os.environ.get("PATH", "")]),
+    )
+    proc = subprocess.run(
+        [str(BIN / "ansible-playbook"), str(ROOT / "tests" / "integration" / "playbooks" / playbook),
+         "-e", json.dumps(extra)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    try:
+        out = json.loads(proc.stdout)
+    except ValueError:
+        pytest.fail("ansible-playbook printed no JSON: %s %s" % (proc.stdout[-2000:], proc.stderr[-2000:]))
+    tasks = [(t["task"]["name"].split(" : ")[-1], t["hosts"]["localhost"]) for t in out["plays"][0]["tasks"]]
+    return proc.returncode, out["stats"]["localhost"], tasks
+
+
+@pytest.mark.parametrize("variables, words", [
+    ({"vllm_server_tensor_parallel_size": 3}, ["vllm_server_tensor_parallel_size is 3", "8 GPUs"]),
+    ({"vllm_server_tensor_parallel_size": 16}, ["vllm_server_tensor_parallel_size is 16", "8 GPUs"]),
+    ({"vllm_server_port": 70000}, ["vllm_server_port is 70000", "1 to 65535"]),
+    ({"vllm_server_port": "http"}, ["vllm_server_port is http"]),
+    ({"vllm_server_kv_cache_dtype": "float16"}, ["vllm_server_kv_cache_dtype is float16", "#54338"]),
+    ({"vllm_server_model_path": ""}, ["vllm_server_model_path"]),
+    ({"vllm_server_extra_args": {"api_key": "s3cret"}}, ["vllm_server_extra_args", "--api-key"]),
+])
+def test_bad_input_fails_before_anything_changes(variables, words):
+    user = "fleet-vllm-test-never"
+    extra = {"vllm_server_model_path": "/srv/models/kimi", "vllm_server_user": user,
+             "vllm_server_env_dir": "/nonexistent-fleet-vllm/etc", "vllm_server_state_dir": "/nonexistent-fleet-vllm/state"}
+    extra.update(variables)
+    rc, stats, tasks = play("vllm_server.yml", **extra)
+    assert rc != 0 and stats["failures"] == 1 and stats["changed"] == 0
+    msg = [r for _, r in tasks if r.get("failed")][0]["msg"]
+    assert all(word in msg for word in words), msg
+    assert "s3cret" not in json.dumps(tasks)
+    ran = [name for name, _ in tasks]
+    assert not any(name.startswith(("Create", "Write", "Install")) for name in ran), ran
+    with pytest.raises(KeyError):
+        pwd.getpwnam(user)
+    assert not Path("/nonexistent-fleet-vllm").exists()
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze is not installed")
+def test_rendered_unit_passes_systemd_analyze_verify(tmp_path):
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.symlink_to(sys.executable)
+    unit = tmp_path / "render" / "vllm.service"
+    unit.parent.mkdir()
+    rc, stats, tasks = play("vllm_server_unit.yml", unit_dest=str(unit), vllm_server_python=str(python),
+                            vllm_server_model_path="/srv/models/Kimi K2.5 100%",
+                            vllm_server_extra_args={"hf_overrides": {"note": "a $b"}})
+    assert rc == 0, tasks
+    text = unit.read_text()
+    assert text.startswith("#") and "Ansible managed" in text
+    exec_start = [line for line in text.splitlines() if line.startswith("ExecStart=")][0]
+    assert exec_start == (
+        'ExecStart=%s -m vllm.entrypoints.openai.api_server --model "/srv/models/Kimi K2.5 100%%%%" '
+        "--tensor-parallel-size 8 --tool-call-parser kimi_k2 --reasoning-parser kimi_k2 "
+        "--enable-auto-tool-choice --trust-remote-code --served-model-name nvidia/Kimi-K2.5-NVFP4 "
+        '--host 0.0.0.0 --port 8000 --hf-overrides "{\\"note\\":\\"a $$b\\"}"' % python)
+    assert "--disable-log-requests" not in text and "api-key" not in text
+    assert "ExecStartPre=+/usr/local/libexec/fleet-vllm/cleanup vllm /dev/shm" in text
+    for line in ("EnvironmentFile=/etc/fleet-vllm/nccl.env", "EnvironmentFile=/etc/fleet-vllm/vllm-secrets.env",
+                 "Restart=on-failure", "StartLimitBurst=3", "TimeoutStartSec=3600", "KillMode=mixed", "User=vllm"):
+        assert line in text.splitlines(), line
+    # The cleanup script must exist for verify; point the unit at the role's copy.
+    checked = tmp_path / "check" / "vllm.service"
+    checked.parent.mkdir()
+    checked.write_text(text.replace("/usr/local/libexec/fleet-vllm/cleanup",
+                                    str(ROOT / "roles" / "vllm_server" / "files" / "cleanup")).replace("User=vllm", "User=root")
+                       .replace("Group=vllm", "Group=root"))
+    proc = subprocess.run(["systemd-analyze", "verify", "%s:vllm.service" % checked], capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 0 and proc.stderr.strip() == "", proc.stderr

@@ -1,0 +1,181 @@
+"""The server command line: engine-argument dicts -> argv (vllm_server_argv), and argv -> a
+systemd ExecStart= line (systemd_exec_args) that real systemd splits back into the same argv."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.fleet.vllm.plugins.filter.systemd_exec_args import systemd_exec_args
+from ansible_collections.fleet.vllm.plugins.filter.vllm_server_argv import vllm_server_argv
+
+# The role's engine arguments with its defaults (roles/vllm_server/vars/main.yml, rendered).
+SEED = {
+    "model": "/srv/vllm/models/served/nvidia--Kimi-K2.5-NVFP4",
+    "tensor_parallel_size": "8", "tool_call_parser": "kimi_k2", "reasoning_parser": "kimi_k2",
+    "enable_auto_tool_choice": True, "trust_remote_code": True, "kv_cache_dtype": None,
+    "served_model_name": "nvidia/Kimi-K2.5-NVFP4", "host": "0.0.0.0", "port": "8000",
+    "max_model_len": None, "gpu_memory_utilization": None,
+}
+SEED_ARGV = [
+    "--model", "/srv/vllm/models/served/nvidia--Kimi-K2.5-NVFP4",
+    "--tensor-parallel-size", "8", "--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2",
+    "--enable-auto-tool-choice", "--trust-remote-code",
+    "--served-model-name", "nvidia/Kimi-K2.5-NVFP4", "--host", "0.0.0.0", "--port", "8000",
+]
+
+
+def test_seed_defaults_reproduce_the_seed_flags():
+    argv = vllm_server_argv(SEED)
+    assert argv == SEED_ARGV
+    assert " ".join(argv[2:10]) == ("--tensor-parallel-size 8 --tool-call-parser kimi_k2 --reasoning-parser kimi_k2 "
+                                    "--enable-auto-tool-choice --trust-remote-code")
+    assert "--disable-log-requests" not in argv
+
+
+@pytest.mark.parametrize("args, extra, expected", [
+    ({"trust_remote_code": True}, None, ["--trust-remote-code"]),
+    ({"trust_remote_code": False}, None, []),
+    ({"max_model_len": None, "tool_call_parser": ""}, None, []),
+    ({"port": 8000, "gpu_memory_utilization": 0.92}, None, ["--port", "8000", "--gpu-memory-utilization", "0.92"]),
+    ({"served_model_name": ["kimi", "kimi-k2.5"]}, None, ["--served-model-name", "kimi", "kimi-k2.5"]),
+    ({"served_model_name": []}, None, []),
+    ({"hf_overrides": {"b": 1, "a": [1, 2]}}, None, ["--hf-overrides", '{"a":[1,2],"b":1}']),
+    ({"tensor-parallel-size": 4}, None, ["--tensor-parallel-size", "4"]),
+    ({"port": 1}, {"max_num_seqs": 64, "enforce_eager": True, "swap_space": None},
+     ["--port", "1", "--max-num-seqs", "64", "--enforce-eager"]),
+    ({"port": 1}, ["--max-num-seqs", "64"], ["--port", "1", "--max-num-seqs", "64"]),
+])
+def test_rendering_table(args, extra, expected):
+    assert vllm_server_argv(args, extra=extra) == expected
+
+
+@pytest.mark.parametrize("extra, words", [
+    ({"api_key": "s3cret"}, ["vllm_server_extra_args", "--api-key", "vllm_server_api_key"]),
+    (["--hf-token=hf_x"], ["--hf-token", "vllm_server_hf_token"]),
+    ({"disable_log_requests": True}, ["--disable-log-requests", "deprecated"]),
+    ({"port": 9000}, ["--port", "already sets"]),
+    (["--tensor_parallel_size", "2"], ["--tensor-parallel-size", "already sets"]),
+    ({"bad flag": 1}, ["vllm_server_extra_args", "bad flag"]),
+    ("--enforce-eager", ["vllm_server_extra_args", "a dict"]),
+])
+def test_bad_extra_args_name_the_variable(extra, words):
+    with pytest.raises(AnsibleFilterError) as err:
+        vllm_server_argv({"port": 8000, "tensor_parallel_size": 8}, extra=extra)
+    assert all(word in str(err.value) for word in words), str(err.value)
+    assert "s3cret" not in str(err.value) and "hf_x" not in str(err.value)
+
+
+# systemd.syntax(7) "Quoting" and systemd.service(5) "Command lines", as a splitter for the
+# tests: %-specifiers first ("%%" -> "%"), then words split on whitespace, double- or
+# single-quoted, C escapes (\\ \" \' \n \t \xNN ...) unescaped; "$$" -> "$" when the command runs.
+_ESC = {"\\": "\\", '"': '"', "'": "'", "n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b",
+        "f": "\f", "v": "\v", "s": " "}
+
+
+def systemd_split(line):
+    assert not re.search(r"%[^%]", line.replace("%%", "")), "unescaped specifier in %r" % line
+    line = line.replace("%%", "%")
+    words, i = [], 0
+    while i < len(line):
+        if line[i] in " \t":
+            i += 1
+            continue
+        word, quote = [], None
+        while i < len(line) and (quote or line[i] not in " \t"):
+            c = line[i]
+            if c == "\\":
+                nxt = line[i + 1]
+                if nxt == "x":
+                    word.append(chr(int(line[i + 2:i + 4], 16)))
+                    i += 4
+                    continue
+                word.append(_ESC[nxt])
+                i += 2
+                continue
+            if quote and c == quote:
+                quote = None
+            elif not quote and c in "\"'":
+                quote = c
+            else:
+                word.append(c)
+            i += 1
+        assert quote is None, "unterminated quote in %r" % line
+        words.append("".join(word))
+    return [w.replace("$$", "\0").replace("$", "<UNESCAPED $>").replace("\0", "$") for w in words]
+
+
+ODD = ["a b", 'say "hi"', "it's", "$HOME", "${HOME}x", "100%", "%h", "back\\slash", "tab\there",
+       "new\nline", ";", "", "--flag=va lue", "\\x41", "ünïcode", "end\\"]
+
+
+@pytest.mark.parametrize("value", ODD)
+def test_exec_line_splits_back_to_the_argv(value):
+    argv = ["/opt/vllm/current/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--x", value, "--y"]
+    line = systemd_exec_args(argv)
+    assert systemd_split(line) == argv
+    assert "\n" not in line
+
+
+def test_plain_words_stay_plain():
+    assert systemd_exec_args(["/usr/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--port", "8000",
+                              "--host", "0.0.0.0", "--model", "/srv/a-b_c.d:e"]) == (
+        "/usr/bin/python -m vllm.entrypoints.openai.api_server --port 8000 --host 0.0.0.0 --model /srv/a-b_c.d:e")
+
+
+@pytest.mark.parametrize("argv", [[], ["python", "-V"], "/bin/echo hi", ["/bin/echo", "a\0b"]])
+def test_exec_line_refuses(argv):
+    with pytest.raises(AnsibleFilterError):
+        systemd_exec_args(argv)
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze is not installed")
+@pytest.mark.parametrize("value", ["a b", 'say "hi"', "it's", "100%", "%h", "back\\slash", "semi;colon", "x$$y"])
+def test_real_systemd_reads_the_word_back(tmp_path, value):
+    """Real systemd as the oracle: systemd-analyze verify reports the executable of an ExecStart
+    line after unquoting, unescaping and specifier expansion. A word made from the value as the
+    executable (under a directory that does not exist) must come back exactly ("$" stays "$$"
+    there: systemd substitutes variables only when the command runs)."""
+    word = "/nonexistent-fleet-vllm/" + value
+    unit = tmp_path / "probe.service"
+    unit.write_text("[Service]\nExecStart=%s --arg\n" % systemd_exec_args([word]))
+    proc = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, check=False)
+    expected = word.replace("$", "$$")
+    reported = re.search(r"(?:Executable name contains special characters: |Command )(.*?)(?: is not executable|$)",
+                         proc.stderr, re.M)
+    assert reported, proc.stderr
+    assert reported.group(1) == expected, proc.stderr
+
+
+@pytest.mark.vllm
+def test_real_vllm_parser_accepts_the_seed_argv(vllm_venv, vllm_env):
+    """The rendered argv, with extra dict args, parsed by vLLM 0.33's own serve parser."""
+    code = r'''
+import json, sys
+from vllm.entrypoints.common import cli_args
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+parser = cli_args.make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+ns = parser.parse_args(json.loads(sys.argv[1]))
+cli_args.validate_parsed_serve_args(ns)
+print(json.dumps({k: ns.__dict__.get(k) for k in ("model", "tensor_parallel_size", "tool_call_parser",
+      "reasoning_parser", "enable_auto_tool_choice", "trust_remote_code", "served_model_name", "port",
+      "max_num_seqs", "hf_overrides", "kv_cache_dtype")}, default=str))
+'''
+    import json
+    argv = vllm_server_argv(dict(SEED, kv_cache_dtype="fp8"),
+                            extra={"max_num_seqs": 64, "hf_overrides": {"max_position_embeddings": 1024}})
+    proc = subprocess.run([str(vllm_venv / "bin" / "python"), "-c", code, json.dumps(argv)],
+                          capture_output=True, text=True, env=vllm_env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ns = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert ns["tensor_parallel_size"] == 8 and ns["tool_call_parser"] == "kimi_k2"
+    assert ns["reasoning_parser"] == "kimi_k2" and ns["enable_auto_tool_choice"] is True
+    assert ns["trust_remote_code"] is True and ns["port"] == 8000 and ns["max_num_seqs"] == 64
+    assert ns["kv_cache_dtype"] == "fp8"
+    assert "1024" in str(ns["hf_overrides"])
