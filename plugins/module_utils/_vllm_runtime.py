@@ -1,0 +1,120 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, fleet.vllm developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""How a pinned vLLM is named, installed and recognised (facts.md section 2).
+
+A pin is where vLLM comes from plus what identifies the build: a full commit sha for the nightly
+index (wheels at ``<nightly index>/<full sha>``, versions ending in ``+g<short sha>``), a
+version for PyPI, a site mirror index or a local wheelhouse. Each pin gets its own venv, named
+by ``venv_key``. ``install_command`` builds the installer's argv; ``version_matches`` decides
+whether the version the venv reports is the pinned one (wrong-wheel resolution is a known
+failure: vLLM issues #42338, #28438).
+
+Private to the fleet.vllm collection: the interface may change without notice.
+"""
+
+from __future__ import annotations
+
+import re
+
+SOURCES = ("nightly", "pypi", "wheelhouse", "index")
+INSTALLERS = ("uv", "pip")
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+# A PEP 440 version, possibly with a local part; nothing a shell or a path could trip on.
+VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.!+_-]*$")
+# git's shortest abbreviation; vLLM's nightly versions carry 9 to 12 hex digits.
+_LOCAL_SHA_RE = re.compile(r"^g([0-9a-f]{7,40})$")
+KEY_SHA_LENGTH = 12
+
+
+def pin(source, commit="", version=""):
+    """What identifies the build: the source and its commit or its version."""
+    if source == "nightly":
+        return {"source": source, "commit": commit}
+    return {"source": source, "version": version}
+
+
+def venv_key(source, commit="", version=""):
+    """Name of the pin's venv: nightly-<sha12>, pypi-<version>, wheelhouse-<version>, index-<version>."""
+    if source == "nightly":
+        return "nightly-" + commit[:KEY_SHA_LENGTH]
+    return "%s-%s" % (source, version)
+
+
+def nightly_index_url(nightly_index, commit):
+    """The index that serves exactly one commit's wheels: ``<nightly index>/<full sha>``."""
+    return "%s/%s" % (nightly_index.rstrip("/"), commit)
+
+
+def requirement(source, version=""):
+    """The requirement to install: a version pin, or plain ``vllm`` for the one-commit nightly index."""
+    if source == "nightly":
+        return "vllm"
+    return "vllm==" + version
+
+
+def index_args(source, commit="", nightly_index="", index_url="", wheelhouse=""):
+    """Where the installer looks for wheels, as installer arguments (same for pip and uv)."""
+    if source == "wheelhouse":
+        return ["--no-index", "--find-links", wheelhouse]
+    args = []
+    if index_url:
+        args += ["--index-url", index_url]
+    if source == "nightly":
+        args += ["--extra-index-url", nightly_index_url(nightly_index, commit)]
+    return args
+
+
+def install_command(installer, tool, python, source, commit="", version="", nightly_index="",
+                    index_url="", wheelhouse="", torch_backend="auto", extra_args=()):
+    """The argv that installs the pinned vLLM into the venv whose interpreter is ``python``.
+
+    ``tool`` is the uv executable for ``installer="uv"`` (ignored for pip, which runs as
+    ``python -m pip``). uv gets ``--torch-backend`` (pip has no such option); uv prefers the
+    extra (nightly) index over the default one, which is why the nightly index needs uv."""
+    req = requirement(source, version)
+    if installer == "uv":
+        argv = [tool, "pip", "install", req]
+        if torch_backend:
+            argv.append("--torch-backend=" + torch_backend)
+        argv += index_args(source, commit, nightly_index, index_url, wheelhouse)
+        argv += ["--python", python]
+    elif installer == "pip":
+        argv = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", req]
+        argv += index_args(source, commit, nightly_index, index_url, wheelhouse)
+    else:
+        raise ValueError("unknown installer %r" % (installer,))
+    return argv + list(extra_args)
+
+
+def local_shas(found):
+    """The ``g<sha>`` abbreviations in the local part of a version (``0.16.0rc2.dev313+g0123abcd.cu129``)."""
+    local = found.partition("+")[2]
+    shas = []
+    for segment in re.split(r"[._-]", local):
+        match = _LOCAL_SHA_RE.match(segment)
+        if match:
+            shas.append(match.group(1))
+    return shas
+
+
+def version_matches(source, found, commit="", version=""):
+    """Whether the version the venv reports is the pinned build.
+
+    Nightly: a ``+g<sha>`` local part that abbreviates the pinned commit. Otherwise the version
+    itself; a pin without a local part accepts a build with one (``0.16.0`` matches
+    ``0.16.0+cu129``), a pin with one must match exactly."""
+    if not found:
+        return False
+    if source == "nightly":
+        return any(commit.startswith(sha) for sha in local_shas(found))
+    if "+" in version:
+        return found == version
+    return found.partition("+")[0] == version
+
+
+def expected(source, commit="", version=""):
+    """The pin in words, for messages."""
+    if source == "nightly":
+        return "a nightly build of commit %s (a version ending in +g%s)" % (commit, commit[:KEY_SHA_LENGTH])
+    return "version %s" % version

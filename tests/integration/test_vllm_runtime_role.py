@@ -1,0 +1,341 @@
+"""The vllm_runtime role on this machine (connection local) into a temporary base directory:
+a real venv made with Python 3.12 and a real pip install from a local wheelhouse of stand-in
+vLLM wheels (see ``build_vllm_wheel``), with the version check, the marker, the atomic
+``current`` link, pruning, rollback (restart disabled: no systemd here), check mode and the
+input checks; rollback runs playbooks/rollback.yml itself. The nightly index is not reachable here; the command line it gets is unit-tested
+in tests/unit/plugins/module_utils/test_vllm_runtime.py."""
+
+from __future__ import annotations
+
+import base64
+import glob
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, snapshot
+
+pytestmark = [pytest.mark.integration]
+
+PLAYBOOK = ROOT / "tests" / "integration" / "playbooks" / "vllm_runtime.yml"
+# The real playbook, on this machine: no sudo here (root already), no systemd (restart disabled).
+ROLLBACK = ROOT / "playbooks" / "rollback.yml"
+ROLLBACK_VARS = {"fleet_vllm_hosts": "localhost", "ansible_become": False}
+BIN = Path(sys.executable).parent
+SHA = "0123456789abcdef0123456789abcdef01234567"
+V1 = "0.16.0rc2.dev313+g" + SHA[:12]
+V2 = "0.16.0"
+V3 = "0.17.0rc1"
+MARKER = ".fleet-vllm-runtime.json"
+INSTALL = "Install the pinned vLLM into its own venv, unless its marker says it is there"
+LINK = "Point the current link at the venv atomically and remove venvs beyond the ones to keep"
+SWAP = "Swap the current and previous links atomically"
+
+
+def find_python312():
+    """Python 3.12, found the way tools/vllm-cpu-venv.sh finds it (PATH, then pyenv)."""
+    pyenv = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    candidates = [shutil.which("python3.12")] + sorted(glob.glob(os.path.join(pyenv, "versions", "3.12*", "bin", "python3.12")))
+    for cand in candidates:
+        if cand and subprocess.run([cand, "-c", "import sys; sys.exit(sys.version_info[:2] != (3, 12))"],
+                                   capture_output=True, check=False).returncode == 0:
+            return cand
+    pytest.skip("no Python 3.12 found (PATH or pyenv): install python3.12")
+    return None
+
+
+@pytest.fixture(scope="module")
+def python312():
+    return find_python312()
+
+
+UV_VERSION = "0.13.8"  # the uv tools/vllm-cpu-venv.sh uses
+
+
+@pytest.fixture(scope="session")
+def uv_path():
+    """A directory with the real uv from PyPI (installed once into the fleet-vllm cache), to put on
+    PATH so that installer=auto finds it on the "host", as on a prepared GPU host; None when PyPI
+    cannot be reached (the tests then run with pip, more slowly)."""
+    cache = os.environ.get("FLEET_VLLM_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "fleet-vllm")
+    target = Path(cache) / ("uv-" + UV_VERSION)
+    if not (target / "bin" / "uv").exists():
+        proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                               "--target", str(target), "uv==" + UV_VERSION],
+                              capture_output=True, text=True, timeout=300, check=False)
+        if proc.returncode != 0:
+            shutil.rmtree(target, ignore_errors=True)
+            return None
+    return target / "bin"
+
+
+def build_vllm_wheel(wheelhouse, version, reports=None):
+    """Write a wheel of the distribution ``vllm`` at ``version`` into ``wheelhouse``.
+
+    It stands in for vLLM's wheel, which needs CUDA, torch and gigabytes: the same distribution
+    name and the same ``vllm.__version__`` attribute the role reads, no dependencies and no code.
+    ``reports`` is the ``__version__`` it carries when it must differ from the metadata (a
+    mislabeled wheel, standing in for the resolver picking another build)."""
+    dist = "vllm-%s.dist-info" % version
+    files = {
+        "vllm/__init__.py": '"""Stand-in for vLLM (fleet.vllm tests)."""\n__version__ = "%s"\n' % (reports or version),
+        dist + "/METADATA": "Metadata-Version: 2.1\nName: vllm\nVersion: %s\nSummary: stand-in for vLLM in fleet.vllm tests\n\n" % version,
+        dist + "/WHEEL": "Wheel-Version: 1.0\nGenerator: fleet-vllm-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for name, text in files.items():
+        data = text.encode()
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append("%s,sha256=%s,%d" % (name, digest, len(data)))
+    record.append(dist + "/RECORD,,")
+    files[dist + "/RECORD"] = "\n".join(record) + "\n"
+    path = Path(wheelhouse) / ("vllm-%s-py3-none-any.whl" % version)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as whl:
+        for name, text in files.items():
+            whl.writestr(name, text)
+    return path
+
+
+@pytest.fixture
+def wheelhouse(tmp_path):
+    path = tmp_path / "wheelhouse"
+    path.mkdir()
+    for version in (V1, V2, V3):
+        build_vllm_wheel(path, version)
+    # Metadata says 0.17.0, the package says 0.16.0: what the resolver picking another wheel looks like.
+    build_vllm_wheel(path, "0.17.0", reports="0.16.0")
+    return path
+
+
+def play(base, *flags, playbook=PLAYBOOK, uv=None, inventory=None, **extra):
+    """Run ``playbook`` with the role's variables for ``base`` (or only ``inventory``'s host
+    variables when given); return rc, the stats and {task name: result} of the (first) host."""
+    env = dict(
+        os.environ,
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
+        ANSIBLE_LOCALHOST_WARNING="false",
+        ANSIBLE_INJECT_FACT_VARS="false",
+        PATH=os.pathsep.join([str(p) for p in (uv, BIN) if p] + [os.environ.get("PATH", "")]),
+    )
+    if inventory:
+        return _run(playbook, ["-i", str(inventory), "-e", json.dumps({"fleet_vllm_test_hosts": "all"}), *flags], env)
+    variables = {
+        "vllm_runtime_base_dir": str(base),
+        "vllm_runtime_source": "wheelhouse",
+        "vllm_runtime_installer": "pip",
+        "vllm_runtime_restart_service": False,
+    }
+    variables.update(extra)
+    rc, out = _run(playbook, ["-e", json.dumps(variables), *flags], env)
+    tasks = {t["task"]["name"].split(" : ")[-1]: t["hosts"].get("localhost", {}) for t in out["plays"][0]["tasks"]}
+    return rc, out["stats"]["localhost"], tasks
+
+
+def _run(playbook, args, env):
+    proc = subprocess.run(
+        [str(BIN / "ansible-playbook"), str(playbook), *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    try:
+        return proc.returncode, json.loads(proc.stdout)
+    except ValueError:
+        pytest.fail("ansible-playbook printed no JSON: %s %s" % (proc.stdout[-2000:], proc.stderr[-2000:]))
+
+
+def install(base, python, wheelhouse, version, *flags, **extra):
+    return play(base, *flags, vllm_runtime_python=python, vllm_runtime_wheelhouse=str(wheelhouse),
+                vllm_runtime_version=version, **extra)
+
+
+def active(tasks):
+    return tasks["Show the active runtime the role recorded"]["vllm_runtime_active"]
+
+
+def link(base, name="current"):
+    return os.readlink(base / name)
+
+
+def failure(tasks):
+    failed = [t for t in tasks.values() if t.get("failed")]
+    assert failed, tasks
+    return failed[0]["msg"]
+
+
+def test_fresh_install_then_rerun_changes_nothing_and_installs_nothing(tmp_path, python312, wheelhouse):
+    base = tmp_path / "opt-vllm"
+
+    rc, stats, tasks = install(base, python312, wheelhouse, V1, "--check")
+    assert rc == 0, tasks
+    assert stats["changed"] >= 1 and not base.exists(), "check mode created files"
+    assert tasks[INSTALL]["changed"] and tasks[INSTALL]["installer"] == "pip"
+    assert tasks[INSTALL]["cmd"][-4:] == ["vllm==" + V1, "--no-index", "--find-links", str(wheelhouse)]
+
+    rc, stats, tasks = install(base, python312, wheelhouse, V1)
+    assert rc == 0, tasks
+    key = "wheelhouse-" + V1
+    venv = base / "venvs" / key
+    assert tasks[INSTALL]["changed"] and tasks[INSTALL]["version"] == V1
+    assert link(base) == "venvs/" + key and not (base / "previous").exists()
+    marker = json.loads((venv / MARKER).read_text())
+    assert marker["pin"] == {"source": "wheelhouse", "version": V1} and marker["version"] == V1
+    assert marker["installer"] == "pip" and marker["command"] == tasks[INSTALL]["cmd"]
+    out = subprocess.run([str(base / "current" / "bin" / "python"), "-c", "import vllm; print(vllm.__version__)"],
+                         capture_output=True, text=True, check=True, cwd="/")
+    assert out.stdout.strip() == V1
+    assert active(tasks) == {"version": V1, "key": key, "path": str(venv),
+                             "python": str(base / "current" / "bin" / "python"), "changed": True}
+
+    before = snapshot(base)
+    marker_stat, venv_stat = (venv / MARKER).stat(), venv.stat()
+    # Without its wheelhouse a reinstall could not work: the rerun must not try one.
+    wheelhouse.rename(tmp_path / "away")
+    rc, stats, tasks = install(base, python312, wheelhouse, V1)
+    assert rc == 0, tasks
+    assert stats["changed"] == 0
+    assert tasks[INSTALL]["cmd"] == [] and tasks[INSTALL]["msg"].startswith("vLLM %s is installed" % V1)
+    assert (venv / MARKER).stat().st_mtime_ns == marker_stat.st_mtime_ns
+    assert venv.stat().st_ino == venv_stat.st_ino
+    assert snapshot(base) == before
+    assert active(tasks)["changed"] is False and active(tasks)["version"] == V1
+
+    rc, stats, tasks = install(base, python312, wheelhouse, V1, "--check")
+    assert rc == 0 and stats["changed"] == 0 and snapshot(base) == before
+
+
+def test_half_installed_venv_is_rebuilt(tmp_path, python312, wheelhouse, uv_path):
+    base = tmp_path / "opt-vllm"
+    venv = base / "venvs" / ("wheelhouse-" + V2)
+    (venv / "bin").mkdir(parents=True)
+    (venv / "leftover").write_text("an install that was interrupted: no marker\n")
+
+    rc, stats, tasks = install(base, python312, wheelhouse, V2, uv=uv_path, vllm_runtime_installer="auto")
+    assert rc == 0, tasks
+    assert tasks[INSTALL]["rebuilt"] is True and not (venv / "leftover").exists()
+    # auto: uv when the host has it (installing it from a wheelhouse without uv fails: then pip).
+    assert tasks[INSTALL]["installer"] == ("uv" if uv_path else "pip")
+    assert json.loads((venv / MARKER).read_text())["version"] == V2
+
+
+def test_upgrade_keeps_previous_rollback_prune_and_wrong_wheel(tmp_path, python312, wheelhouse, uv_path):
+    base = tmp_path / "opt-vllm"
+    k1, k2, k3 = ("venvs/wheelhouse-" + v for v in (V1, V2, V3))
+
+    def install_uv(base, python, wheelhouse, version, *flags, **extra):
+        """install(), with uv when there is one."""
+        return play(base, *flags, uv=uv_path, vllm_runtime_installer="uv" if uv_path else "pip",
+                    vllm_runtime_python=python, vllm_runtime_wheelhouse=str(wheelhouse),
+                    vllm_runtime_version=version, **extra)
+
+    assert install_uv(base, python312, wheelhouse, V1)[0] == 0
+
+    rc, stats, tasks = install_uv(base, python312, wheelhouse, V2)
+    assert rc == 0, tasks
+    assert link(base) == k2 and link(base, "previous") == k1
+    assert tasks[LINK]["switched"] and tasks[LINK]["pruned"] == []
+    assert (base / k1 / MARKER).exists() and active(tasks)["version"] == V2
+    if uv_path:
+        cmd = tasks[INSTALL]["cmd"]
+        assert cmd[:5] == [str(uv_path / "uv"), "pip", "install", "vllm==" + V2, "--torch-backend=auto"]
+        assert not (base / k2 / "bin" / "pip").exists(), "with uv from the host the venv needs no pip"
+
+    # The resolver hands over another build: fail with both versions, switch nothing, leave no venv.
+    before = snapshot(base)
+    rc, stats, tasks = install_uv(base, python312, wheelhouse, "0.17.0")
+    assert rc != 0
+    msg = failure(tasks)
+    assert "vLLM 0.16.0 into" in msg and "version 0.17.0" in msg, msg
+    assert not (base / "venvs" / "wheelhouse-0.17.0").exists()
+    assert snapshot(base) == before
+
+    # Rollback (restart disabled): check mode, then current and previous swap; again rolls forward.
+    rc, stats, tasks = play(base, "--check", playbook=ROLLBACK, **ROLLBACK_VARS)
+    assert rc == 0 and tasks[SWAP]["changed"], tasks
+    assert snapshot(base) == before
+    rc, stats, tasks = play(base, playbook=ROLLBACK, **ROLLBACK_VARS)
+    assert rc == 0, tasks
+    assert link(base) == k1 and link(base, "previous") == k2
+    assert tasks["Report the rollback"]["msg"].endswith("; vLLM " + V1)
+    assert tasks["Restart the vLLM service"]["skipped"] is True  # vllm_runtime_restart_service: false
+    rc, stats, tasks = play(base, playbook=ROLLBACK, **ROLLBACK_VARS)
+    assert rc == 0 and link(base) == k2 and link(base, "previous") == k1
+
+    # A third version with keep=2: the oldest goes, never the current or the previous.
+    rc, stats, tasks = install_uv(base, python312, wheelhouse, V3, vllm_runtime_keep=2)
+    assert rc == 0, tasks
+    assert link(base) == k3 and link(base, "previous") == k2
+    assert tasks[LINK]["pruned"] == [str(base / k1)]
+    assert sorted(os.listdir(base / "venvs")) == sorted(["wheelhouse-" + V2, "wheelhouse-" + V3])
+
+    # Going back to the previous version by name re-uses its venv: no install, nothing pruned.
+    rc, stats, tasks = install_uv(base, python312, wheelhouse, V2, vllm_runtime_keep=1)
+    assert rc == 0, tasks
+    assert not tasks[INSTALL]["changed"] and tasks[INSTALL]["cmd"] == []
+    assert link(base) == k2 and link(base, "previous") == k3 and tasks[LINK]["pruned"] == []
+
+
+def test_rollback_without_previous_fails_and_changes_nothing(tmp_path):
+    base = tmp_path / "opt-vllm"
+    (base / "venvs" / "pypi-0.16.0").mkdir(parents=True)
+    os.symlink("venvs/pypi-0.16.0", base / "current")
+    before = snapshot(base)
+    rc, stats, tasks = play(base, playbook=ROLLBACK, **ROLLBACK_VARS)
+    assert rc != 0
+    assert "No previous venv at %s/previous" % base in failure(tasks)
+    assert snapshot(base) == before
+
+
+BAD_INPUT = {
+    "short-sha": ({"vllm_runtime_source": "nightly", "vllm_runtime_commit": SHA[:12]}, "vllm_runtime_commit"),
+    "upper-case-sha": ({"vllm_runtime_source": "nightly", "vllm_runtime_commit": SHA.upper()}, "vllm_runtime_commit"),
+    "nightly-with-pip": ({"vllm_runtime_source": "nightly", "vllm_runtime_commit": SHA, "vllm_runtime_installer": "pip"},
+                         "vllm_runtime_installer"),
+    "unknown-source": ({"vllm_runtime_source": "conda"}, "vllm_runtime_source"),
+    "empty-version": ({"vllm_runtime_source": "pypi", "vllm_runtime_version": ""}, "vllm_runtime_version"),
+    "version-with-shell": ({"vllm_runtime_source": "pypi", "vllm_runtime_version": "0.16.0; rm -rf /"},
+                           "vllm_runtime_version"),
+    "relative-wheelhouse": ({"vllm_runtime_version": "0.16.0", "vllm_runtime_wheelhouse": "wheels"},
+                            "vllm_runtime_wheelhouse"),
+    "index-without-url": ({"vllm_runtime_source": "index", "vllm_runtime_version": "0.16.0"}, "vllm_runtime_index_url"),
+    "keep-0": ({"vllm_runtime_version": "0.16.0", "vllm_runtime_wheelhouse": "/w", "vllm_runtime_keep": 0},
+               "vllm_runtime_keep"),
+}
+
+
+def test_bad_input_fails_before_anything_changes(tmp_path):
+    """One run, one inventory host per bad setting (all local): each fails on its own, naming
+    the variable, before its base directory exists."""
+    hosts = {}
+    for name, (extra, _variable) in BAD_INPUT.items():
+        variables = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                     "vllm_runtime_base_dir": str(tmp_path / name), "vllm_runtime_source": "wheelhouse"}
+        variables.update(extra)
+        hosts[name] = variables
+    inventory = tmp_path / "inventory.json"
+    inventory.write_text(json.dumps({"all": {"hosts": hosts}}))
+    rc, out = play(None, inventory=inventory)
+    assert rc != 0
+    for name, (_extra, variable) in BAD_INPUT.items():
+        assert out["stats"][name]["failures"] == 1, name
+        messages = [t["hosts"][name]["msg"] for t in out["plays"][0]["tasks"]
+                    if t["hosts"].get(name, {}).get("failed")]
+        assert len(messages) == 1 and variable in messages[0], (name, messages)
+        assert not (tmp_path / name).exists(), name
+
+
+def test_missing_python_is_named(tmp_path, wheelhouse):
+    base = tmp_path / "opt-vllm"
+    rc, stats, tasks = install(base, str(tmp_path / "no" / "python3.12"), wheelhouse, V2)
+    assert rc != 0
+    msg = failure(tasks)
+    assert "vllm_runtime_python" in msg and "install it" in msg
+    assert os.listdir(base / "venvs") == [] and not (base / "current").exists()

@@ -1,0 +1,93 @@
+"""The install command lines, venv names and version checks of module_utils/_vllm_runtime.py,
+table-driven. The nightly index is not reachable from the test machines, so the command that
+would reach it is checked here, as facts.md section 2 gives it."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.fleet.vllm.plugins.module_utils._vllm_runtime import (
+    expected,
+    install_command,
+    venv_key,
+    version_matches,
+)
+
+SHA = "a1257fd1ea93c0ffee0123456789abcdef012345"
+PY = "/opt/vllm/venvs/k/bin/python"
+
+
+@pytest.mark.parametrize("kwargs, argv", [
+    pytest.param(
+        dict(installer="uv", tool="uv", source="nightly", commit=SHA, nightly_index="https://wheels.vllm.ai"),
+        ["uv", "pip", "install", "vllm", "--torch-backend=auto",
+         "--extra-index-url", "https://wheels.vllm.ai/" + SHA, "--python", PY],
+        id="nightly-pinned-commit-as-facts-md-gives-it"),
+    pytest.param(
+        dict(installer="uv", tool="/usr/local/bin/uv", source="nightly", commit=SHA, nightly_index="https://wheels.vllm.ai/",
+             index_url="https://pypi.example.internal/simple", torch_backend="cu130", extra_args=["--prerelease=allow"]),
+        ["/usr/local/bin/uv", "pip", "install", "vllm", "--torch-backend=cu130",
+         "--index-url", "https://pypi.example.internal/simple",
+         "--extra-index-url", "https://wheels.vllm.ai/" + SHA, "--python", PY, "--prerelease=allow"],
+        id="nightly-with-pypi-proxy-backend-and-extra-args"),
+    pytest.param(
+        dict(installer="uv", tool="uv", source="pypi", version="0.16.0", torch_backend=""),
+        ["uv", "pip", "install", "vllm==0.16.0", "--python", PY],
+        id="pypi-uv-without-torch-backend"),
+    pytest.param(
+        dict(installer="pip", tool=None, source="pypi", version="0.16.0"),
+        [PY, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "vllm==0.16.0"],
+        id="pypi-pip-has-no-torch-backend"),
+    pytest.param(
+        dict(installer="pip", tool=None, source="index", version="0.16.0", index_url="https://mirror/simple"),
+        [PY, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "vllm==0.16.0",
+         "--index-url", "https://mirror/simple"],
+        id="site-mirror-index"),
+    pytest.param(
+        dict(installer="uv", tool="uv", source="wheelhouse", version="0.16.0", wheelhouse="/srv/wheels",
+             index_url="https://ignored/simple"),
+        ["uv", "pip", "install", "vllm==0.16.0", "--torch-backend=auto", "--no-index", "--find-links", "/srv/wheels",
+         "--python", PY],
+        id="wheelhouse-uses-no-index"),
+])
+def test_install_command(kwargs, argv):
+    kwargs = dict(kwargs)
+    assert install_command(kwargs.pop("installer"), kwargs.pop("tool"), PY, kwargs.pop("source"), **kwargs) == argv
+
+
+def test_unknown_installer_is_refused():
+    with pytest.raises(ValueError):
+        install_command("conda", None, PY, "pypi", version="0.16.0")
+
+
+@pytest.mark.parametrize("source, commit, version, key", [
+    ("nightly", SHA, "", "nightly-a1257fd1ea93"),
+    ("pypi", "", "0.16.0", "pypi-0.16.0"),
+    ("wheelhouse", "", "0.16.0rc2.dev313+ga1257fd1ea93", "wheelhouse-0.16.0rc2.dev313+ga1257fd1ea93"),
+    ("index", "", "0.33.0", "index-0.33.0"),
+])
+def test_venv_key(source, commit, version, key):
+    assert venv_key(source, commit, version) == key
+
+
+@pytest.mark.parametrize("source, found, commit, version, ok", [
+    ("nightly", "0.16.0rc2.dev313+ga1257fd1e", SHA, "", True),
+    ("nightly", "0.16.0rc2.dev313+ga1257fd1ea93.cu130", SHA, "", True),
+    ("nightly", "0.16.0rc2.dev313+gb1257fd1e", SHA, "", False),  # another commit's wheel
+    ("nightly", "0.16.0", SHA, "", False),  # the release from PyPI won the resolution
+    ("nightly", "0.16.0+ga125", SHA, "", False),  # too short to identify a commit
+    ("nightly", "", SHA, "", False),
+    ("pypi", "0.16.0", "", "0.16.0", True),
+    ("pypi", "0.16.0+cu129", "", "0.16.0", True),
+    ("pypi", "0.16.0rc1", "", "0.16.0", False),
+    ("pypi", "0.17.0", "", "0.16.0", False),
+    ("wheelhouse", "0.16.0+cu129", "", "0.16.0+cu130", False),
+    ("wheelhouse", "0.16.0+cu130", "", "0.16.0+cu130", True),
+])
+def test_version_matches(source, found, commit, version, ok):
+    assert version_matches(source, found, commit, version) is ok
+
+
+def test_expected_names_the_pin():
+    assert "+ga1257fd1ea93" in expected("nightly", SHA) and SHA in expected("nightly", SHA)
+    assert expected("pypi", version="0.16.0") == "version 0.16.0"
