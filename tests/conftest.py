@@ -191,3 +191,63 @@ def vllm_venv_old():
     """The real vLLM 0.16.0 from PyPI: a build from before FP8 KV-cache support in TRITON_MLA
     on compute capability 12.x (vLLM commit a1257fd1ea93), where the seed failure happens."""
     return _vllm_venv("0.16.0")
+
+
+ANSIBLE_BIN = Path(sys.executable).parent
+
+
+class PlaybookRun:
+    """One ansible-playbook run read through the ansible.posix.json callback."""
+
+    def __init__(self, proc):
+        self.rc = proc.returncode
+        self.stdout = proc.stdout
+        self.stderr = proc.stderr
+        try:
+            self.out = json.loads(proc.stdout)
+        except ValueError:
+            pytest.fail("ansible-playbook printed no JSON:\n%s\n%s" % (proc.stdout[-3000:], proc.stderr[-3000:]))
+
+    @property
+    def returncode(self):
+        return self.rc
+
+    def stats(self, host="localhost"):
+        return self.out["stats"][host]
+
+    def task_list(self, host="localhost", play=0):
+        """[(task name without its "role : " prefix, that host's result)] in the order they ran."""
+        return [
+            (t["task"]["name"].split(" : ")[-1], t["hosts"][host])
+            for t in self.out["plays"][play]["tasks"]
+            if host in t["hosts"]
+        ]
+
+    def tasks(self, host="localhost", play=0):
+        """{task name without its "role : " prefix: that host's result}, for the tasks that ran on it."""
+        return {
+            t["task"]["name"].split(" : ")[-1]: t["hosts"][host]
+            for t in self.out["plays"][play]["tasks"]
+            if host in t["hosts"]
+        }
+
+
+def run_playbook(playbook, *args, extra_vars=None, path=(), env=None, timeout=900):
+    """ansible-playbook PLAYBOOK ARGS from the checkout (its ansible.cfg resolves fleet.vllm),
+    with the tooling of this Python's venv, ``path`` entries put first on PATH, ``env`` added
+    to the environment and ``extra_vars`` passed as one JSON -e."""
+    proc_env = dict(
+        os.environ,
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
+        ANSIBLE_LOCALHOST_WARNING="false",
+        ANSIBLE_INJECT_FACT_VARS="false",
+        PATH=os.pathsep.join([str(p) for p in path] + [str(ANSIBLE_BIN), os.environ.get("PATH", "")]),
+    )
+    proc_env.update(env or {})
+    argv = [str(ANSIBLE_BIN / "ansible-playbook"), str(playbook), *[str(a) for a in args]]
+    if extra_vars is not None:
+        argv += ["-e", json.dumps(extra_vars)]
+    proc = subprocess.run(argv, cwd=ROOT, env=proc_env, capture_output=True, text=True, timeout=timeout, check=False)
+    return PlaybookRun(proc)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_playbook
 
 pytestmark = pytest.mark.integration
 
@@ -48,12 +48,10 @@ def test_deploy_runs_the_pipeline_in_order_one_host_at_a_time():
 
 
 def test_example_inventory_reproduces_the_seed_command_line():
-    env = dict(ENV, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
-    proc = run("ansible-playbook", "tests/integration/playbooks/example_argv.yml", "-i", "inventories/example",
-               "--limit", "gpu-node-01", env=env)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
-    tasks = json.loads(proc.stdout)["plays"][0]["tasks"]
-    argv = [t for t in tasks if t["task"]["name"] == "Show the argv"][0]["hosts"]["gpu-node-01"]["msg"]
+    played = run_playbook("tests/integration/playbooks/example_argv.yml", "-i", "inventories/example",
+                          "--limit", "gpu-node-01")
+    assert played.rc == 0, played.stdout[-2000:] + played.stderr
+    argv = played.tasks("gpu-node-01")["Show the argv"]["msg"]
     joined = " ".join(argv)
     assert "--tensor-parallel-size 8 --tool-call-parser kimi_k2 --reasoning-parser kimi_k2 --enable-auto-tool-choice --trust-remote-code" in joined
     assert argv[:5] == ["/opt/vllm/current/bin/python", "-m", "vllm.entrypoints.openai.api_server",

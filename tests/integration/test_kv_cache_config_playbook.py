@@ -4,38 +4,20 @@ real, for both states, verifying the files on disk after every step."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, ROOT, snapshot
+from conftest import FIXTURES, ROOT, run_playbook, snapshot
 
 pytestmark = pytest.mark.integration
 
 PLAYBOOK = ROOT / "tests" / "integration" / "playbooks" / "kv_cache_config.yml"
-BIN = Path(sys.executable).parent
 
 
 def play(model, state, *flags):
-    env = dict(
-        os.environ,
-        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
-        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
-        ANSIBLE_LOCALHOST_WARNING="false",
-        PATH=str(BIN) + os.pathsep + os.environ.get("PATH", ""),
-    )
-    proc = subprocess.run(
-        [str(BIN / "ansible-playbook"), str(PLAYBOOK), "-e", json.dumps({"model_path": str(model), "kv_state": state}), *flags],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )
-    out = json.loads(proc.stdout)
-    task = out["plays"][0]["tasks"][0]["hosts"]["localhost"]
-    return proc.returncode, out["stats"]["localhost"], task
+    run = run_playbook(PLAYBOOK, *flags, extra_vars={"model_path": str(model), "kv_state": state})
+    return run.rc, run.stats(), run.tasks()["Set the KV-cache declaration state"]
 
 
 def test_check_real_check_real_for_both_states(tmp_path):

@@ -5,49 +5,27 @@ SM120) must strip the FP8 KV cache of a Kimi-K2.5-NVFP4 checkpoint on compute ca
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, ROOT, snapshot
+from conftest import FIXTURES, ROOT, run_playbook, snapshot
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 
 PLAYBOOK = ROOT / "tests" / "integration" / "playbooks" / "vllm_kv_cache.yml"
-BIN = Path(sys.executable).parent
 
 
 def play(model, python, *flags, **extra):
-    env = dict(
-        os.environ,
-        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
-        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
-        ANSIBLE_LOCALHOST_WARNING="false",
-        FLEET_VLLM_FAKE_GPUS="rtx-pro-6000-x8",
-        PATH=os.pathsep.join([str(FIXTURES / "bin"), str(BIN), os.environ.get("PATH", "")]),
-    )
     variables = {
         "vllm_kv_cache_model_path": str(model),
         "vllm_kv_cache_python": str(python),
         "vllm_kv_cache_probe_environment": {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"},
     }
     variables.update(extra)
-    proc = subprocess.run(
-        [str(BIN / "ansible-playbook"), str(PLAYBOOK), "-e", json.dumps(variables), *flags],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False,
-    )
-    try:
-        out = json.loads(proc.stdout)
-    except ValueError:
-        pytest.fail("ansible-playbook printed no JSON: %s %s" % (proc.stdout[-2000:], proc.stderr[-2000:]))
-    # Task names as the play prints them, without the "fleet.vllm.vllm_kv_cache : " prefix.
-    tasks = {t["task"]["name"].split(" : ")[-1]: t["hosts"]["localhost"] for t in out["plays"][0]["tasks"]}
-    return proc.returncode, out["stats"]["localhost"], tasks
+    run = run_playbook(PLAYBOOK, *flags, extra_vars=variables, path=[FIXTURES / "bin"],
+                       env={"FLEET_VLLM_FAKE_GPUS": "rtx-pro-6000-x8"})
+    return run.rc, run.stats(), run.tasks()
 
 
 def decision(tasks):

@@ -4,43 +4,23 @@ systemd and sh read back literally, check mode that writes nothing, reruns that 
 
 from __future__ import annotations
 
-import json
-import os
 import stat
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_playbook
 
 pytestmark = [pytest.mark.integration]
 
 PLAYBOOK = ROOT / "tests" / "integration" / "playbooks" / "vllm_nccl.yml"
-BIN = Path(sys.executable).parent
 
 
 def play(env_file, *flags, **extra):
-    env = dict(
-        os.environ,
-        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
-        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
-        ANSIBLE_LOCALHOST_WARNING="false",
-    )
     variables = {"vllm_nccl_env_file": str(env_file)}
     variables.update(extra)
-    proc = subprocess.run(
-        [str(BIN / "ansible-playbook"), str(PLAYBOOK), "-e", json.dumps(variables), *flags],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )
-    try:
-        out = json.loads(proc.stdout)
-    except ValueError:
-        pytest.fail("ansible-playbook printed no JSON: %s %s" % (proc.stdout[-2000:], proc.stderr[-2000:]))
-    tasks = {t["task"]["name"].split(" : ")[-1]: t["hosts"]["localhost"] for t in out["plays"][0]["tasks"]}
-    return proc.returncode, out["stats"]["localhost"], tasks
+    run = run_playbook(PLAYBOOK, *flags, extra_vars=variables, timeout=300)
+    return run.rc, run.stats(), run.tasks()
 
 
 def sourced(path):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, ROOT, run_playbook
 
 pytestmark = pytest.mark.integration
 
@@ -106,17 +105,6 @@ def play(tmp_path, extra, *flags, scenario="rtx-pro-6000-x8"):
     inventory = tmp_path / "hosts.ini"
     inventory.write_text("[gpu_hosts]\n" + "".join(
         "%s ansible_connection=local ansible_python_interpreter=%s\n" % (name, sys.executable) for name in HOSTS))
-    env = dict(
-        os.environ,
-        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
-        ANSIBLE_INJECT_FACT_VARS="false",
-        ANSIBLE_LOCALHOST_WARNING="false",
-        FLEET_VLLM_FAKE_GPUS=scenario,
-        NO_PROXY="127.0.0.1,localhost",
-        no_proxy="127.0.0.1,localhost",
-        PATH=str(BIN) + os.pathsep + os.environ.get("PATH", ""),
-    )
     variables = dict(
         vllm_preflight_nvidia_smi=str(FAKE_SMI),
         vllm_preflight_model_dir=str(tmp_path / "models" / "nvidia--Kimi-K2.5-NVFP4"),
@@ -127,15 +115,9 @@ def play(tmp_path, extra, *flags, scenario="rtx-pro-6000-x8"):
         vllm_preflight_shm_min_bytes=1024 * 1024,
     )
     variables.update(extra)
-    proc = subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", str(inventory), str(PLAYBOOK), "-e", json.dumps(variables), *flags],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )
-    try:
-        out = json.loads(proc.stdout)
-    except ValueError:
-        raise AssertionError("ansible-playbook printed no JSON:\n%s\n%s" % (proc.stdout, proc.stderr))
-    return proc, out
+    run = run_playbook(PLAYBOOK, "-i", inventory, *flags, extra_vars=variables, timeout=300, env={
+        "FLEET_VLLM_FAKE_GPUS": scenario, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"})
+    return run, run.out
 
 
 def results(out, task_name):

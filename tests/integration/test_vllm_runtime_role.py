@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, snapshot
+from conftest import ROOT, run_playbook, snapshot
 
 pytestmark = [pytest.mark.integration]
 
@@ -118,17 +118,9 @@ def wheelhouse(tmp_path):
 def play(base, *flags, playbook=PLAYBOOK, uv=None, inventory=None, **extra):
     """Run ``playbook`` with the role's variables for ``base`` (or only ``inventory``'s host
     variables when given); return rc, the stats and {task name: result} of the (first) host."""
-    env = dict(
-        os.environ,
-        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
-        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
-        ANSIBLE_LOCALHOST_WARNING="false",
-        ANSIBLE_INJECT_FACT_VARS="false",
-        PATH=os.pathsep.join([str(p) for p in (uv, BIN) if p] + [os.environ.get("PATH", "")]),
-    )
+    path = [uv] if uv else []
     if inventory:
-        return _run(playbook, ["-i", str(inventory), "-e", json.dumps({"fleet_vllm_test_hosts": "all"}), *flags], env)
+        return _run(playbook, ["-i", str(inventory), "-e", json.dumps({"fleet_vllm_test_hosts": "all"}), *flags], path)
     variables = {
         "vllm_runtime_base_dir": str(base),
         "vllm_runtime_source": "wheelhouse",
@@ -136,20 +128,14 @@ def play(base, *flags, playbook=PLAYBOOK, uv=None, inventory=None, **extra):
         "vllm_runtime_restart_service": False,
     }
     variables.update(extra)
-    rc, out = _run(playbook, ["-e", json.dumps(variables), *flags], env)
+    rc, out = _run(playbook, ["-e", json.dumps(variables), *flags], path)
     tasks = {t["task"]["name"].split(" : ")[-1]: t["hosts"].get("localhost", {}) for t in out["plays"][0]["tasks"]}
     return rc, out["stats"]["localhost"], tasks
 
 
-def _run(playbook, args, env):
-    proc = subprocess.run(
-        [str(BIN / "ansible-playbook"), str(playbook), *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )
-    try:
-        return proc.returncode, json.loads(proc.stdout)
-    except ValueError:
-        pytest.fail("ansible-playbook printed no JSON: %s %s" % (proc.stdout[-2000:], proc.stderr[-2000:]))
+def _run(playbook, args, path):
+    run = run_playbook(playbook, *args, path=path, timeout=300)
+    return run.rc, run.out
 
 
 def install(base, python, wheelhouse, version, *flags, **extra):

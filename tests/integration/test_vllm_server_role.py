@@ -4,7 +4,6 @@ renders passes systemd-analyze verify and its ExecStart carries the seed's flags
 from __future__ import annotations
 
 import json
-import os
 import pwd
 import shutil
 import subprocess
@@ -13,34 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, ROOT, run_playbook
 
 pytestmark = [pytest.mark.integration]
 
-BIN = Path(sys.executable).parent
 
 
 def play(playbook, **extra):
-    env = dict(
-        os.environ,
-        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
-        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
-        ANSIBLE_LOCALHOST_WARNING="false",
-        FLEET_VLLM_FAKE_GPUS="rtx-pro-6000-x8",
-        PATH=os.pathsep.join([str(FIXTURES / "bin"), str(BIN), os.environ.get("PATH", "")]),
-    )
-    proc = subprocess.run(
-        [str(BIN / "ansible-playbook"), str(ROOT / "tests" / "integration" / "playbooks" / playbook),
-         "-e", json.dumps(extra)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )
-    try:
-        out = json.loads(proc.stdout)
-    except ValueError:
-        pytest.fail("ansible-playbook printed no JSON: %s %s" % (proc.stdout[-2000:], proc.stderr[-2000:]))
-    tasks = [(t["task"]["name"].split(" : ")[-1], t["hosts"]["localhost"]) for t in out["plays"][0]["tasks"]]
-    return proc.returncode, out["stats"]["localhost"], tasks
+    run = run_playbook(ROOT / "tests" / "integration" / "playbooks" / playbook, extra_vars=extra,
+                       path=[FIXTURES / "bin"], env={"FLEET_VLLM_FAKE_GPUS": "rtx-pro-6000-x8"}, timeout=300)
+    return run.rc, run.stats(), run.task_list()
 
 
 @pytest.mark.parametrize("variables, words", [
