@@ -33,11 +33,11 @@ def sourced(path):
 
 def test_defaults_check_mode_real_rerun(tmp_path):
     env_file = tmp_path / "etc" / "nccl.env"
-    rc, stats, _ = play(env_file, "--check")
+    rc, stats, dummy = play(env_file, "--check")
     assert rc == 0 and stats["changed"] >= 1
     assert not env_file.exists() and not env_file.parent.exists()
 
-    rc, stats, _ = play(env_file)
+    rc, stats, dummy = play(env_file)
     assert rc == 0 and stats["changed"] == 2  # the directory and the file
     text = env_file.read_text()
     assert text.startswith("#") and "Ansible managed" in "".join(text.splitlines()[:3])
@@ -48,7 +48,7 @@ def test_defaults_check_mode_real_rerun(tmp_path):
     before = env_file.read_bytes()
 
     for flags in (("--check",), ()):
-        rc, stats, _ = play(env_file, *flags)
+        rc, stats, dummy = play(env_file, *flags)
         assert rc == 0 and stats["changed"] == 0
         assert env_file.read_bytes() == before
 
@@ -56,7 +56,7 @@ def test_defaults_check_mode_real_rerun(tmp_path):
 def test_override_null_removes_a_default_and_values_read_back(tmp_path):
     env_file = tmp_path / "etc" / "nccl.env"
     odd = 'a b "q" $HOME `x` \\n 100%'
-    rc, stats, _ = play(env_file, vllm_nccl_env={
+    rc, stats, dummy = play(env_file, vllm_nccl_env={
         "NCCL_P2P_LEVEL": None, "NCCL_P2P_DISABLE": 1, "NCCL_DEBUG": "WARN",
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "TORCH_NCCL_BLOCKING_WAIT": True, "NCCL_ODD": odd})
     assert rc == 0 and stats["changed"] == 2

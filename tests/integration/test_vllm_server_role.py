@@ -17,7 +17,6 @@ from conftest import FIXTURES, ROOT, run_playbook
 pytestmark = [pytest.mark.integration]
 
 
-
 def play(playbook, **extra):
     run = run_playbook(ROOT / "tests" / "integration" / "playbooks" / playbook, extra_vars=extra,
                        path=[FIXTURES / "bin"], env={"FLEET_VLLM_FAKE_GPUS": "rtx-pro-6000-x8"}, timeout=300)
@@ -40,10 +39,10 @@ def test_bad_input_fails_before_anything_changes(variables, words):
     extra.update(variables)
     rc, stats, tasks = play("vllm_server.yml", **extra)
     assert rc != 0 and stats["failures"] == 1 and stats["changed"] == 0
-    msg = [r for _, r in tasks if r.get("failed")][0]["msg"]
+    msg = [r for dummy, r in tasks if r.get("failed")][0]["msg"]
     assert all(word in msg for word in words), msg
     assert "s3cret" not in json.dumps(tasks)
-    ran = [name for name, _ in tasks]
+    ran = [name for name, dummy in tasks]
     assert not any(name.startswith(("Create", "Write", "Install")) for name in ran), ran
     with pytest.raises(KeyError):
         pwd.getpwnam(user)

@@ -3,11 +3,9 @@ systemd ExecStart= line (systemd_exec_args) that real systemd splits back into t
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 from ansible.errors import AnsibleFilterError

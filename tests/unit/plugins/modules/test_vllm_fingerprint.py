@@ -56,6 +56,6 @@ def test_large_files_count_by_size_not_content(run_module, tmp_path):
 
 
 def test_missing_model_dir_fails(run_module, tmp_path):
-    _, _, _, args = setup(tmp_path)
+    args = setup(tmp_path)[3]
     result = run_module("vllm_fingerprint", dict(args, model_path=str(tmp_path / "nope"))).result
     assert result["failed"] and "does not exist" in result["msg"]
