@@ -1,0 +1,580 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, fleet.vllm developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""TEST FIXTURE, NOT vLLM: the engine of the simulator that stands in for vLLM's OpenAI server.
+
+Installed as the ``vllm`` distribution (tests/simulator/build-wheel.py) into a venv on hosts
+without a GPU, it imitates what fleet.vllm relies on of ``python -m
+vllm.entrypoints.openai.api_server`` and ``vllm serve``:
+
+* the command line: the option list is vLLM's own, extracted from the real parser by
+  tools/extract-vllm-flags.py into flags.json (see vllm/entrypoints/openai/cli_args.py); unknown
+  flags get argparse's error, exit 2, as vLLM prints it;
+* the KV-cache dtype: resolved from the model directory by ``_fleet_kv_rules``, which is
+  plugins/module_utils/_kv_cache.py copied into the wheel at build time (one piece of code for
+  the collection and the simulator; that code is checked against the real vLLM by
+  tests/unit/plugins/modules/test_kv_cache_config_vllm.py);
+* the attention backend choice: ``_fleet_support_rules`` (plugins/module_utils/_vllm_support.py,
+  copied the same way) says, from this build's version, whether any MLA backend takes the
+  resolved dtype on the compute capability the fixture ``nvidia-smi`` reports; when none does
+  the simulator prints vLLM's traceback shape and ``ValueError: No valid attention backend
+  found ...`` (text as in tests/fixtures/journal/attention-backend-fp8-sm120.txt) and exits 1;
+* otherwise the port refuses connections for FLEET_VLLM_SIM_LOAD_SECONDS (default 2: the
+  "load"), then ``/health``, ``/v1/models``, ``/version``, ``/metrics`` and
+  ``/v1/chat/completions`` answer in vLLM's shapes; ``--api-key`` / ``VLLM_API_KEY`` guard
+  ``/v1/*`` (401 ``{"error": "Unauthorized"}``); SIGTERM (and SIGINT) end it with exit 0.
+
+Where it differs from vLLM: no model is loaded and nothing is computed. Completions are a
+fixed sentence cut to ``max_tokens`` words (a word counts as a token); usage counts words.
+Only the flags are checked, not their values beyond argparse's type/choices (values of vLLM's
+own type functions other than int/float are kept as strings); of vLLM's post-parse checks only
+``--enable-auto-tool-choice requires --tool-call-parser`` is imitated. A model that is not a
+local directory is refused (vLLM would try the Hub). The GPU is whatever ``nvidia-smi`` on PATH
+says (GPU 0's compute_cap); without one it stops like vLLM without a device. Log lines have
+vLLM's format, with made-up source line numbers; the traceback's frames are vLLM 0.16's; the
+``non-default args`` line masks ``api_key``/``hf_token``. No HEAD, /v1/completions, tools or
+reasoning output; the refusal covers MLA models only (standard attention always finds a backend).
+Standard library only (http.server, json): runs on Python 3.9+.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from vllm import __version__
+from vllm import _fleet_kv_rules as kv_rules
+from vllm import _fleet_support_rules as support_rules
+
+LOAD_SECONDS_ENV = "FLEET_VLLM_SIM_LOAD_SECONDS"
+REPLY = "This is a simulated reply from the fleet.vllm test engine, not from a model."
+PID = os.getpid()
+
+# vLLM's MLA backend priority on CUDA (vllm/platforms/cuda.py, _get_backend_priorities), and
+# the reasons a backend adds beyond dtype and capability (as in the stored journal excerpt).
+MLA_PRIORITY = ("FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "FLASHMLA_SPARSE")
+MLA_PRIORITY_SM100 = ("CUTLASS_MLA", "FLASHINFER_MLA", "FLASHMLA", "FLASH_ATTN_MLA", "TRITON_MLA", "FLASHMLA_SPARSE")
+
+
+class Terminate(Exception):
+    """SIGTERM or SIGINT arrived."""
+
+
+# ---- logging in vLLM's format --------------------------------------------------------------
+
+
+def _stamp():
+    return time.strftime("%m-%d %H:%M:%S")
+
+
+def log(level, where, message, proc="APIServer", pid=PID, stream=None):
+    stream = stream or sys.stdout
+    stream.write("(%s pid=%d) %s %s [%s] %s\n" % (proc, pid, level, _stamp(), where, message))
+    stream.flush()
+
+
+def access_log(message):
+    sys.stdout.write("(APIServer pid=%d) INFO:     %s\n" % (PID, message))
+    sys.stdout.flush()
+
+
+# ---- the command line ----------------------------------------------------------------------
+
+
+def build_parser(top_level):
+    """vLLM's parser from flags.json: ``api_server.py`` style, or ``vllm`` with ``serve``."""
+    from vllm.entrypoints.openai.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    if not top_level:
+        return make_arg_parser(FlexibleArgumentParser(description="vLLM OpenAI-Compatible RESTful API server."))
+    parser = FlexibleArgumentParser(prog="vllm", description="vLLM CLI")
+    parser.add_argument("-v", "--version", action="version", version=__version__)
+    subparsers = parser.add_subparsers(required=False, dest="subparser")
+    serve = subparsers.add_parser(
+        "serve", help="Launch a local OpenAI-compatible API server to serve LLM completions via HTTP.",
+        description="Launch a local OpenAI-compatible API server to serve LLM completions via HTTP.",
+        usage="vllm serve [model_tag] [options]")
+    make_arg_parser(serve)
+    return parser
+
+
+def validate(args):
+    from vllm.entrypoints.openai.cli_args import validate_parsed_serve_args
+    validate_parsed_serve_args(args)
+
+
+def _listify(value):
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _int_of(value, default=None):
+    """vLLM's human_readable_int for the values it reads: 131072, 128k, 1M."""
+    if value is None:
+        return default
+    text = str(value).strip()
+    match = re.match(r"^([0-9.]+)([kKmMgG]?)$", text)
+    if not match:
+        return default
+    scale = {"": 1, "k": 1000, "K": 1024, "m": 10 ** 6, "M": 1024 ** 2, "g": 10 ** 9, "G": 1024 ** 3}[match.group(2)]
+    return int(float(match.group(1)) * scale)
+
+
+def non_default_args(args):
+    """vLLM's ``non-default args`` log line; secrets are masked here (a test fixture's journal
+    must not carry them, whatever the real build prints)."""
+    shown = {}
+    for key, value in sorted(vars(args).items()):
+        if key in ("subparser", "dispatch_function") or value in (None, False, [], ""):
+            continue
+        shown[key] = "***" if key in ("api_key", "hf_token") else value
+    return shown
+
+
+# ---- the GPU and the model -----------------------------------------------------------------
+
+
+def compute_capability():
+    """GPU 0's compute capability from nvidia-smi on PATH, as (major, minor), or None."""
+    tool = shutil.which("nvidia-smi")
+    if tool is None:
+        return None
+    proc = subprocess.run([tool, "--query-gpu=compute_cap", "--format=csv,noheader"],
+                          capture_output=True, text=True, env=dict(os.environ, LC_ALL="C"), check=False)
+    lines = [line.strip() for line in proc.stdout.splitlines() if line.strip()]
+    if proc.returncode != 0 or not lines:
+        return None
+    try:
+        return support_rules.parse_capability(lines[0])
+    except support_rules.VllmSupportError:
+        return None
+
+
+def read_model(path):
+    """(config.json, hf_quant_config.json or None) of a local model directory."""
+    if not os.path.isdir(path) or not os.path.isfile(os.path.join(path, "config.json")):
+        raise ValueError("Invalid repository ID or local directory specified: '%s'.\nPlease verify the following "
+                         "requirements:\n1. Provide a valid Hugging Face repository ID.\n2. Specify a local directory "
+                         "that contains a recognized configuration file.\n   - For Hugging Face models: ensure the "
+                         "presence of a 'config.json'.\n   - For Mistral models: ensure the presence of a "
+                         "'params.json'." % path)
+    config = support_rules.load_config(path)
+    hf_quant = None
+    hf_quant_path = os.path.join(path, kv_rules.HF_QUANT_FILE)
+    if os.path.isfile(hf_quant_path):
+        with open(hf_quant_path, encoding="utf-8") as handle:
+            hf_quant = json.load(handle)
+    return config, hf_quant
+
+
+def version_info():
+    from vllm import _version
+    return __version__, getattr(_version, "__commit_id__", None)
+
+
+def backend_reasons(kv_cache_dtype, capability):
+    """vLLM's ``{NAME: [reasons]}`` for the MLA backends on this build, and whether one accepts."""
+    version, commit = version_info()
+    table, _evidence = support_rules.table_backends(version, commit, kv_cache_dtype, "mla", capability)
+    table = dict((entry["name"], entry) for entry in table)
+    hopper = capability[0] == 9
+    reasons = {}
+    for name in (MLA_PRIORITY_SM100 if capability[0] == 10 else MLA_PRIORITY):
+        why = []
+        if name == "FLASHMLA_SPARSE":
+            if kv_cache_dtype not in ("auto", "bfloat16", "fp8_ds_mla"):
+                why.append("kv_cache_dtype not supported")
+            why.append("non-sparse not supported")
+            if capability[0] not in (9, 10):
+                why.append("compute capability not supported")
+        else:
+            entry = table[name]
+            if kv_cache_dtype not in entry["kv_cache_dtypes"]:
+                why.append("kv_cache_dtype not supported")
+            if not entry["compute_capability_supported"]:
+                why.append("compute capability not supported")
+            if name == "FLASH_ATTN_MLA" and not hopper:
+                why.append("FlashAttention MLA not supported on this device")
+            if name == "FLASHMLA" and not hopper:
+                why.append("FlashMLA Dense is only supported on Hopper devices.")
+        reasons[name] = why
+    return reasons, any(not why for why in reasons.values())
+
+
+def selector_config(head_size, dtype, kv_cache_dtype):
+    return ("AttentionSelectorConfig(head_size=%d, dtype=torch.%s, kv_cache_dtype=%s, block_size=None, use_mla=True, "
+            "has_sink=False, use_sparse=False, use_mm_prefix=False, attn_type=AttentionType.DECODER)"
+            % (head_size, dtype, kv_cache_dtype))
+
+
+# vLLM 0.16's frames from the worker's start to the selector's ValueError (the journal excerpt).
+_WORKER_FRAMES = (
+    ("v1/executor/multiproc_executor.py", 743, "worker_main", "worker = WorkerProc(*args, **kwargs)"),
+    ("v1/executor/multiproc_executor.py", 580, "__init__", "self.worker.load_model()"),
+    ("v1/worker/gpu_worker.py", 290, "load_model", "self.model_runner.load_model(eep_scale_up=eep_scale_up)"),
+    ("v1/worker/gpu_model_runner.py", 3567, "load_model", "self.model = model_loader.load_model("),
+    ("model_executor/model_loader/base_loader.py", 49, "load_model", "model = initialize_model("),
+    ("model_executor/model_loader/utils.py", 48, "initialize_model", "return model_class(vllm_config=vllm_config, prefix=prefix)"),
+    ("model_executor/models/deepseek_v2.py", 1214, "__init__", "self.start_layer, self.end_layer, self.layers = make_layers("),
+    ("model_executor/models/deepseek_v2.py", 1098, "__init__", "self.self_attn = attn_cls("),
+    ("model_executor/models/deepseek_v2.py", 1029, "__init__", "self.mla_attn = MultiHeadLatentAttentionWrapper("),
+    ("model_executor/layers/mla.py", 95, "__init__", "self.mla_attn = MLAAttention("),
+    ("attention/layer.py", 665, "__init__", "self.attn_backend = get_attn_backend("),
+    ("attention/selector.py", 81, "get_attn_backend", "return _cached_get_attn_backend("),
+    ("attention/selector.py", 118, "_cached_get_attn_backend", "attention_cls = current_platform.get_attn_backend_cls("),
+    ("platforms/cuda.py", 389, "get_attn_backend_cls", "raise ValueError("),
+)
+_ENGINE_FRAMES = (
+    ("v1/engine/core.py", 937, "run_engine_core", "engine_core = EngineCoreProc(*args, engine_index=dp_rank, **kwargs)"),
+    ("v1/engine/core.py", 105, "__init__", "self.model_executor = executor_class(vllm_config)"),
+    ("v1/executor/abstract.py", 101, "__init__", "self._init_executor()"),
+    ("v1/executor/multiproc_executor.py", 181, "_init_executor", "self.workers = WorkerProc.wait_for_ready(unready_workers)"),
+    ("v1/executor/multiproc_executor.py", 664, "wait_for_ready", "raise e from None"),
+)
+_API_FRAMES = (
+    ("entrypoints/openai/api_server.py", 172, "build_async_engine_client", "async with build_async_engine_client_from_engine_args("),
+    ("entrypoints/openai/api_server.py", 213, "build_async_engine_client_from_engine_args", "async_llm = AsyncLLM.from_vllm_config("),
+    ("v1/engine/async_llm.py", 135, "__init__", "self.engine_core = EngineCoreClient.make_async_mp_client("),
+    ("v1/engine/core_client.py", 469, "__init__", "with launch_core_engines(vllm_config, executor_class, log_stats) as ("),
+    ("v1/engine/utils.py", 964, "wait_for_engine_startup", "raise RuntimeError("),
+)
+
+
+def _frames(frames):
+    base = os.path.dirname(os.path.abspath(__file__))
+    lines = ["Traceback (most recent call last):"]
+    for rel, line, func, code in frames:
+        lines.append('  File "%s", line %d, in %s' % (os.path.join(base, rel), line, func))
+        lines.append("    " + code)
+    return lines
+
+
+def refuse(error_line, tensor_parallel_size):
+    """Print vLLM's failed start (workers, engine core, API server) to stderr."""
+    err = sys.stderr
+    stamp = _stamp()
+    for rank in range(tensor_parallel_size):
+        prefix = "(Worker_TP%d pid=%d) ERROR %s [multiproc_executor.py:772] " % (rank, PID + 2 + rank, stamp)
+        for line in ["WorkerProc failed to start."] + _frames(_WORKER_FRAMES) + [error_line]:
+            err.write(prefix + line + "\n")
+    engine = "(EngineCore_DP0 pid=%d) " % (PID + 1)
+    err.write("%sERROR %s [core.py:946] EngineCore failed to start.\n" % (engine, stamp))
+    for line in _frames(_ENGINE_FRAMES) + [
+            "Exception: WorkerProc initialization failed due to an exception in a background process. "
+            "See stack trace for root cause."]:
+        err.write(engine + line + "\n")
+    api = "(APIServer pid=%d) " % PID
+    for line in _frames(_API_FRAMES) + [
+            "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"]:
+        err.write(api + line + "\n")
+    err.flush()
+
+
+# ---- the HTTP server -----------------------------------------------------------------------
+
+
+class State(object):
+    def __init__(self, model, served_names, api_keys, max_model_len, kv_cache_dtype):
+        self.model = model
+        self.served_names = served_names
+        self.api_keys = api_keys
+        self.max_model_len = max_model_len
+        self.kv_cache_dtype = kv_cache_dtype
+        self.lock = threading.Lock()
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.finished = {"stop": 0, "length": 0}
+
+
+def _words(value):
+    if isinstance(value, str):
+        return len(value.split())
+    if isinstance(value, list):
+        return sum(_words(part.get("text", "")) if isinstance(part, dict) else _words(part) for part in value)
+    return 0
+
+
+class Handler(BaseHTTPRequestHandler):
+    server_version = "uvicorn"
+    sys_version = ""
+    protocol_version = "HTTP/1.1"
+    state = None  # set by serve()
+
+    def log_message(self, fmt, *args):  # vLLM's uvicorn access log instead of http.server's
+        return
+
+    def _send(self, status, body=None, content_type="application/json", headers=()):
+        data = b"" if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode("utf-8"))
+        self.send_response(status)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(data)))
+        for key, value in headers:
+            self.send_header(key, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+        reason = self.responses.get(status, ("",))[0]
+        access_log('%s:%d - "%s %s HTTP/1.1" %d %s' % (
+            self.client_address[0], self.client_address[1], self.command, self.path, status, reason))
+
+    def _authorized(self):
+        if not self.state.api_keys or not self.path.startswith("/v1"):
+            return True
+        header = self.headers.get("Authorization", "")
+        if header.startswith("Bearer ") and header[len("Bearer "):] in self.state.api_keys:
+            return True
+        self._send(401, {"error": "Unauthorized"})
+        return False
+
+    def _error(self, status, kind, message, param=None):
+        self._send(status, {"error": {"message": message, "type": kind, "param": param, "code": status}})
+
+    def do_GET(self):
+        path = self.path.split("?", 1)[0]
+        if path in ("/v1/chat/completions",):
+            return self._send(405, {"detail": "Method Not Allowed"})
+        if not self._authorized():
+            return None
+        if path == "/health":
+            return self._send(200, b"")
+        if path == "/version":
+            return self._send(200, {"version": __version__})
+        if path == "/v1/models":
+            created = int(time.time())
+            data = [dict(id=name, object="model", created=created, owned_by="vllm", root=self.state.model,
+                         parent=None, max_model_len=self.state.max_model_len,
+                         permission=[dict(id="modelperm-%s" % uuid.uuid4().hex, object="model_permission",
+                                          created=created, allow_create_engine=False, allow_sampling=True,
+                                          allow_logprobs=True, allow_search_indices=False, allow_view=True,
+                                          allow_fine_tuning=False, organization="*", group=None,
+                                          is_blocking=False)])
+                    for name in self.state.served_names]
+            return self._send(200, {"object": "list", "data": data})
+        if path == "/metrics":
+            return self._send(200, self._metrics().encode("utf-8"), "text/plain; version=0.0.4; charset=utf-8")
+        return self._send(404, {"detail": "Not Found"})
+
+    def _metrics(self):
+        state = self.state
+        labels = 'engine="0",model_name="%s"' % state.served_names[0]
+        with state.lock:
+            prompt, generation, finished = state.prompt_tokens, state.generation_tokens, dict(state.finished)
+        lines = [
+            "# HELP vllm:num_requests_running Number of requests in model execution batches.",
+            "# TYPE vllm:num_requests_running gauge",
+            "vllm:num_requests_running{%s} 0.0" % labels,
+            "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
+            "# TYPE vllm:num_requests_waiting gauge",
+            "vllm:num_requests_waiting{%s} 0.0" % labels,
+            "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.",
+            "# TYPE vllm:kv_cache_usage_perc gauge",
+            "vllm:kv_cache_usage_perc{%s} 0.0" % labels,
+            "# HELP vllm:prompt_tokens_total Number of prefill tokens processed.",
+            "# TYPE vllm:prompt_tokens_total counter",
+            "vllm:prompt_tokens_total{%s} %.1f" % (labels, prompt),
+            "# HELP vllm:generation_tokens_total Number of generation tokens processed.",
+            "# TYPE vllm:generation_tokens_total counter",
+            "vllm:generation_tokens_total{%s} %.1f" % (labels, generation),
+            "# HELP vllm:request_success_total Count of successfully processed requests.",
+            "# TYPE vllm:request_success_total counter",
+        ] + ['vllm:request_success_total{%s,finished_reason="%s"} %.1f' % (labels, reason, count)
+             for reason, count in sorted(finished.items())] + [
+            "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
+            "# TYPE vllm:cache_config_info gauge",
+            'vllm:cache_config_info{block_size="16",cache_dtype="%s",engine="0",gpu_memory_utilization="0.9",'
+            'prefix_caching_hash_algo="sha256"} 1.0' % state.kv_cache_dtype,
+        ]
+        return "\n".join(lines) + "\n"
+
+    def do_POST(self):
+        path = self.path.split("?", 1)[0]
+        if path in ("/health", "/version", "/metrics", "/v1/models"):
+            return self._send(405, {"detail": "Method Not Allowed"})
+        if path != "/v1/chat/completions":
+            return self._send(404, {"detail": "Not Found"})
+        if not self._authorized():
+            return None
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            request = json.loads(self.rfile.read(length).decode("utf-8") or "null")
+        except ValueError as exc:
+            return self._error(400, "BadRequestError", "JSON decode error: %s" % exc)
+        if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
+            return self._error(400, "BadRequestError", "messages: Field required", "messages")
+        model = request.get("model") or self.state.served_names[0]
+        if model not in self.state.served_names:
+            return self._error(404, "NotFoundError", "The model `%s` does not exist." % model, "model")
+        limit = request.get("max_completion_tokens") or request.get("max_tokens")
+        words = REPLY.split()
+        finish = "stop"
+        if isinstance(limit, int) and limit < len(words):
+            if limit < 1:
+                return self._error(400, "BadRequestError", "max_tokens must be at least 1, got %d." % limit, "max_tokens")
+            words, finish = words[:limit], "length"
+        content = " ".join(words)
+        prompt_tokens = sum(_words(m.get("content")) + 4 for m in request["messages"] if isinstance(m, dict)) + 2
+        completion_tokens = len(words)
+        with self.state.lock:
+            self.state.prompt_tokens += prompt_tokens
+            self.state.generation_tokens += completion_tokens
+            self.state.finished[finish] += 1
+        ident, created = "chatcmpl-%s" % uuid.uuid4().hex, int(time.time())
+        usage = dict(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens + completion_tokens,
+                     completion_tokens=completion_tokens, prompt_tokens_details=None)
+        if request.get("stream"):
+            chunks = [dict(index=0, delta=dict(role="assistant", content=""), logprobs=None, finish_reason=None)]
+            chunks += [dict(index=0, delta=dict(content=(" " if i else "") + w), logprobs=None, finish_reason=None)
+                       for i, w in enumerate(words)]
+            chunks[-1]["finish_reason"] = finish
+            body = "".join("data: %s\n\n" % json.dumps(dict(id=ident, object="chat.completion.chunk", created=created,
+                                                            model=model, choices=[c])) for c in chunks)
+            return self._send(200, (body + "data: [DONE]\n\n").encode("utf-8"), "text/event-stream; charset=utf-8")
+        return self._send(200, dict(
+            id=ident, object="chat.completion", created=created, model=model,
+            choices=[dict(index=0, message=dict(role="assistant", content=content, refusal=None, annotations=None,
+                                                audio=None, function_call=None, tool_calls=[], reasoning_content=None),
+                          logprobs=None, finish_reason=finish, stop_reason=None)],
+            service_tier=None, system_fingerprint=None, usage=usage, prompt_logprobs=None, kv_transfer_params=None))
+
+
+def _on_signal(signum, frame):
+    raise Terminate()
+
+
+def serve(args, state):
+    host = args.host if getattr(args, "host", None) else "0.0.0.0"
+    port = int(args.port) if getattr(args, "port", None) is not None else 8000
+    Handler.state = state
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+    class Server(ThreadingHTTPServer):
+        address_family = family
+        daemon_threads = True
+        allow_reuse_address = True
+
+    try:
+        httpd = Server((host, port), Handler)
+    except OSError as exc:
+        api = "(APIServer pid=%d) " % PID
+        sys.stderr.write(api + "Traceback (most recent call last):\n")
+        sys.stderr.write(api + '  File "%s", line 1, in create_server_socket\n' % os.path.abspath(__file__))
+        sys.stderr.write(api + "    sock.bind(addr)\n")
+        sys.stderr.write(api + "OSError: [Errno %s] %s\n" % (exc.errno, exc.strerror))
+        return 1
+    log("INFO", "api_server.py:1344", "Starting vLLM API server 0 on http://%s:%d" % (host, port))
+    log("INFO", "launcher.py:38", "Available routes are:")
+    for route, methods in (("/health", "GET"), ("/version", "GET"), ("/metrics", "GET"), ("/v1/models", "GET"),
+                           ("/v1/chat/completions", "POST")):
+        log("INFO", "launcher.py:46", "Route: %s, Methods: %s" % (route, methods))
+    access_log("Started server process [%d]" % PID)
+    access_log("Waiting for application startup.")
+    access_log("Application startup complete.")
+    try:
+        httpd.serve_forever(poll_interval=0.2)
+    except Terminate:
+        pass
+    finally:
+        httpd.server_close()
+    access_log("Shutting down")
+    access_log("Waiting for application shutdown.")
+    access_log("Application shutdown complete.")
+    access_log("Finished server process [%d]" % PID)
+    return 0
+
+
+# ---- main ----------------------------------------------------------------------------------
+
+
+def main(argv=None, top_level=False):
+    """``python -m vllm.entrypoints.openai.api_server`` (top_level False) or ``vllm`` (True)."""
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(top_level)
+    args = parser.parse_args(argv)  # exits 2 with argparse's message, as vLLM's parser does
+    if top_level and getattr(args, "subparser", None) != "serve":
+        parser.print_help()
+        return 0
+    try:
+        validate(args)
+    except TypeError as exc:
+        sys.stderr.write("TypeError: %s\n" % exc)
+        return 1
+    try:
+        return run(args)
+    except Terminate:
+        access_log("Shutting down")
+        return 0
+
+
+def run(args):
+    model = getattr(args, "model_tag", None) or getattr(args, "model", None) or "Qwen/Qwen3-0.6B"
+    args.model = model
+    served = [name for name in _listify(getattr(args, "served_model_name", None)) if name] or [model]
+    log("INFO", "api_server.py:1272", "vLLM API server version %s" % __version__)
+    log("INFO", "utils.py:267", "non-default args: %s" % non_default_args(args))
+    try:
+        config, hf_quant = read_model(model)
+    except (ValueError, support_rules.VllmSupportError) as exc:
+        sys.stderr.write("(APIServer pid=%d) ValueError: %s\n" % (PID, exc))
+        return 1
+    described = support_rules.describe_model(config)
+    requested = getattr(args, "kv_cache_dtype", None) or "auto"
+    try:
+        kv_cache_dtype = kv_rules.resolve_kv_cache_dtype(config, hf_quant, requested)
+    except kv_rules.QuantConfigError as exc:
+        sys.stderr.write("(APIServer pid=%d) ValueError: %s\n" % (PID, exc))
+        return 1
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    max_model_len = _int_of(getattr(args, "max_model_len", None)) or int(text.get("max_position_embeddings") or 8192)
+    architectures = config.get("architectures") or ["(unknown)"]
+    log("INFO", "model.py:530", "Resolved architecture: %s" % architectures[0])
+    log("INFO", "model.py:1545", "Using max model len %d" % max_model_len)
+    if kv_cache_dtype.startswith("fp8"):
+        log("INFO", "cache.py:199", "Using fp8 data type to store kv cache. It reduces the GPU memory footprint and "
+                                    "boosts the performance. Meanwhile, it may cause accuracy drop without a proper "
+                                    "scaling factor.")
+    capability = compute_capability()
+    if capability is None:
+        sys.stderr.write("(APIServer pid=%d) RuntimeError: Failed to infer device type, please set the environment "
+                         "variable `VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to help debug the issue.\n" % PID)
+        return 1
+    tp = _int_of(getattr(args, "tensor_parallel_size", None), 1) or 1
+    quant = kv_rules.effective_quant_config(config, hf_quant) or {}
+    log("INFO", "core.py:97", "Initializing a V1 LLM engine (v%s) with config: model='%s', tokenizer='%s', "
+        "trust_remote_code=%s, dtype=torch.%s, max_seq_len=%d, tensor_parallel_size=%d, quantization=%s, "
+        "kv_cache_dtype=%s, device_config=cuda, served_model_name=%s"
+        % (__version__, model, model, bool(getattr(args, "trust_remote_code", False)), described["dtype"],
+           max_model_len, tp, quant.get("quant_method") or None, kv_cache_dtype, ", ".join(served)),
+        proc="EngineCore_DP0", pid=PID + 1)
+    if described["attention_kind"] == "mla":
+        reasons, ok = backend_reasons(kv_cache_dtype, capability)
+        if not ok:
+            refuse("ValueError: No valid attention backend found for cuda with %s. Reasons: {%s}." % (
+                selector_config(described["head_size"], described["dtype"], kv_cache_dtype),
+                ", ".join("%s: [%s]" % (name, ", ".join(why)) for name, why in reasons.items())), tp)
+            return 1
+        chosen = [name for name, why in reasons.items() if not why]
+        log("INFO", "cuda.py:351", "Using %s attention backend out of potential backends: %s" % (chosen[0], chosen),
+            proc="Worker_TP0", pid=PID + 2)
+    delay = float(os.environ.get(LOAD_SECONDS_ENV) or 2)
+    log("INFO", "gpu_model_runner.py:3561", "Starting to load model %s..." % model, proc="Worker_TP0", pid=PID + 2)
+    time.sleep(max(delay, 0))
+    log("INFO", "default_loader.py:291", "Loading weights took %.2f seconds" % delay, proc="Worker_TP0", pid=PID + 2)
+    api_keys = [key for key in _listify(getattr(args, "api_key", None)) if key]
+    if os.environ.get("VLLM_API_KEY") and not api_keys:
+        api_keys = [os.environ["VLLM_API_KEY"]]
+    state = State(model, served, api_keys, max_model_len, kv_cache_dtype)
+    return serve(args, state)

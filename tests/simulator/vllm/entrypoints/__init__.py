@@ -1,0 +1,2 @@
+# -*- coding: utf-8 -*-
+"""TEST FIXTURE, NOT vLLM: package ``vllm.entrypoints`` of the simulator imitating vLLM's OpenAI server."""

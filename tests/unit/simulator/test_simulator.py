@@ -1,0 +1,345 @@
+"""The engine simulator (tests/simulator), a TEST FIXTURE imitating vLLM's OpenAI server.
+
+Both wheels (an old nightly that predates FP8 KV in TRITON_MLA on SM120, and 0.33.0) are built
+with tests/simulator/build-wheel.py and installed with pip from a local wheelhouse into fresh
+venvs, the way the vllm_runtime role installs from a site wheelhouse (``--no-index
+--find-links``); the fixture nvidia-smi (8x RTX PRO 6000, compute capability 12.0) is on PATH.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+SIM = ROOT / "tests" / "simulator"
+FIXTURES = ROOT / "tests" / "fixtures"
+KIMI = FIXTURES / "models" / "kimi-k2.5-nvfp4"
+OLD = "0.16.0rc2.dev313+g6f5e2a9c1"
+NEW = "0.33.0"
+SEED_FLAGS = ("--tensor-parallel-size", "--tool-call-parser", "--reasoning-parser", "--enable-auto-tool-choice",
+              "--trust-remote-code", "--kv-cache-dtype", "--served-model-name", "--api-key")
+SEED_ARGS = ["--tensor-parallel-size", "8", "--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2",
+             "--enable-auto-tool-choice", "--trust-remote-code", "--served-model-name", "kimi-k2.5"]
+API = ["-m", "vllm.entrypoints.openai.api_server"]
+
+
+def journal_line(name, pattern):
+    """The first match of ``pattern`` in a stored journal excerpt, without vLLM's line prefix."""
+    text = (FIXTURES / "journal" / name).read_text()
+    return re.search(pattern, text, re.M).group(0)
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(tmp_path_factory):
+    out = tmp_path_factory.mktemp("wheelhouse")
+    for version in (OLD, NEW):
+        subprocess.run([sys.executable, str(SIM / "build-wheel.py"), version, str(out)], check=True, capture_output=True)
+    return out
+
+
+def _venv(tmp_path_factory, wheelhouse, version):
+    """A venv with the simulator installed by pip, as the role installs ``vllm==<version>``."""
+    venv = tmp_path_factory.mktemp("venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--quiet",
+                    "--disable-pip-version-check", "--no-index", "--find-links", str(wheelhouse),
+                    "vllm==%s" % version], check=True, capture_output=True)
+    return venv
+
+
+@pytest.fixture(scope="session")
+def old_venv(tmp_path_factory, wheelhouse):
+    return _venv(tmp_path_factory, wheelhouse, OLD)
+
+
+@pytest.fixture(scope="session")
+def new_venv(tmp_path_factory, wheelhouse):
+    return _venv(tmp_path_factory, wheelhouse, NEW)
+
+
+def sim_env(**extra):
+    env = dict(os.environ)
+    env.pop("VLLM_API_KEY", None)
+    env.update(PATH="%s:%s" % (FIXTURES / "bin", env.get("PATH", "/usr/bin:/bin")),
+               FLEET_VLLM_FAKE_GPUS="rtx-pro-6000-x8", FLEET_VLLM_SIM_LOAD_SECONDS="1", PYTHONDONTWRITEBYTECODE="1")
+    env.update(extra)
+    return env
+
+
+def run(venv, args, **env):
+    return subprocess.run([str(venv / "bin" / "python")] + API + list(args), capture_output=True, text=True,
+                          env=sim_env(**env), timeout=30, cwd=str(venv), check=False)
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server(object):
+    """A started simulator: ``request(method, path, body, headers)`` -> (status, headers, body)."""
+
+    def __init__(self, venv, model, args=(), **env):
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [str(venv / "bin" / "python")] + API + [str(model), "--host", "127.0.0.1", "--port", str(self.port)] + list(args),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=sim_env(**env), cwd=str(venv))
+        self.refused_while_loading = False
+
+    def wait_ready(self, timeout=20):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError("simulator exited %s: %s" % (self.proc.returncode, self.proc.communicate()))
+            try:
+                status, dummy, dummy = self.request("GET", "/health")
+                if status == 200:
+                    return
+            except ConnectionRefusedError:
+                self.refused_while_loading = True
+            time.sleep(0.1)
+        raise AssertionError("simulator not ready after %ss" % timeout)
+
+    def request(self, method, path, body=None, headers=None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            data = json.dumps(body) if body is not None else None
+            conn.request(method, path, body=data, headers=dict(headers or {}, **({"Content-Type": "application/json"} if data else {})))
+            response = conn.getresponse()
+            return response.status, dict(response.getheaders()), response.read().decode("utf-8")
+        finally:
+            conn.close()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        out, err = self.proc.communicate(timeout=10)
+        return self.proc.returncode, out, err
+
+
+# ---- the wheel and the flag list ----------------------------------------------------------
+
+
+def test_wheel_is_complete_and_carries_the_collections_rules(wheelhouse):
+    wheel = wheelhouse / ("vllm-%s-py3-none-any.whl" % OLD)
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        dist = "vllm-%s.dist-info/" % OLD
+        assert {dist + "METADATA", dist + "WHEEL", dist + "RECORD", dist + "entry_points.txt"} <= names
+        record = archive.read(dist + "RECORD").decode().splitlines()
+        listed = {}
+        for line in record:
+            name, digest, size = line.rsplit(",", 2)
+            listed[name] = (digest, size)
+        assert set(listed) == names
+        for name, (digest, size) in listed.items():
+            if name == dist + "RECORD":
+                assert (digest, size) == ("", "")
+                continue
+            data = archive.read(name)
+            assert digest == "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            assert int(size) == len(data)
+        assert "Version: %s\n" % OLD in archive.read(dist + "METADATA").decode()
+        assert "vllm = vllm.entrypoints.cli.main:main" in archive.read(dist + "entry_points.txt").decode()
+        assert "__version__ = %r" % OLD in archive.read("vllm/__init__.py").decode()
+        assert "__commit_id__ = commit_id = 'g6f5e2a9c1'" in archive.read("vllm/_version.py").decode()
+        for copy, source in (("vllm/_fleet_kv_rules.py", "_kv_cache.py"), ("vllm/_fleet_support_rules.py", "_vllm_support.py")):
+            original = (ROOT / "plugins" / "module_utils" / source).read_text()
+            copied = archive.read(copy).decode()
+            assert copied.startswith('# -*- coding: utf-8 -*-') and "TEST FIXTURE COPY" in copied
+            body = original.split('"""', 1)[1]
+            assert copied.endswith(body), "%s must be %s verbatim after the note" % (copy, source)
+        for name in names:
+            if name.endswith(".py"):
+                text = archive.read(name).decode()
+                docstring = text.split('"""', 2)[1]
+                assert "TEST FIXTURE" in docstring, "%s must say it is a test fixture" % name
+
+
+def test_flag_lists_come_from_both_real_versions():
+    document = json.loads((SIM / "vllm" / "flags.json").read_text())
+    assert "tools/extract-vllm-flags.py" in document["_header"]
+    assert set(document["versions"]) == {"0.16.0", "0.33.0"}
+    for version, entry in document["versions"].items():
+        strings = {s for option in entry["options"] for s in option["option_strings"]}
+        missing = [flag for flag in SEED_FLAGS if flag not in strings]
+        assert not missing, "vLLM %s's list lacks %s" % (version, missing)
+        tp = [o for o in entry["options"] if "--tensor-parallel-size" in o["option_strings"]][0]
+        assert tp["takes_value"] is True and tp["type"] == "int"
+        tool_choice = [o for o in entry["options"] if "--enable-auto-tool-choice" in o["option_strings"]][0]
+        assert tool_choice["takes_value"] is False
+
+
+# ---- the old build: the seed failure ------------------------------------------------------
+
+
+def test_old_build_refuses_fp8_kv_mla_on_sm120_with_vllms_error(old_venv):
+    result = run(old_venv, [str(KIMI)] + SEED_ARGS)
+    assert result.returncode == 1, result
+    expected = journal_line("attention-backend-fp8-sm120.txt", r"ValueError: No valid attention backend found.*$")
+    errors = [line for line in result.stderr.splitlines() if "ValueError: No valid attention backend" in line]
+    assert len(errors) == 8, "one per tensor-parallel worker"
+    assert all(line.endswith("] " + expected) for line in errors), (errors[0], expected)
+    assert "(APIServer pid=" in result.stderr.splitlines()[-1]
+    assert result.stderr.splitlines()[-1].endswith(
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}")
+    assert "Using fp8 data type to store kv cache" in result.stdout
+    assert "vLLM API server version %s" % OLD in result.stdout
+
+
+def test_old_build_honours_an_explicit_fp8_kv_cache_dtype(old_venv):
+    result = run(old_venv, [str(FIXTURES / "models" / "bf16-kv"), "--kv-cache-dtype", "fp8"])
+    assert result.returncode == 1
+    assert "kv_cache_dtype=fp8, block_size=None" in result.stderr
+    assert "TRITON_MLA: [kv_cache_dtype not supported]" in result.stderr
+
+
+def test_old_build_serves_the_stripped_checkpoint(old_venv, run_module, tmp_path):
+    model = tmp_path / "kimi"
+    shutil.copytree(KIMI, model)
+    strip = run_module("kv_cache_config", {"path": str(model), "state": "absent"})
+    assert not strip.failed and strip.result["kv_cache_dtype_after"] == "auto", strip
+    server = Server(old_venv, model, SEED_ARGS)
+    try:
+        server.wait_ready()
+        status, dummy, body = server.request("GET", "/metrics")
+        assert status == 200 and 'cache_dtype="auto"' in body
+        status, dummy, body = server.request("GET", "/version")
+        assert json.loads(body) == {"version": OLD}
+    finally:
+        rc, out, err = server.stop()
+    assert rc == 0, err
+    assert "Using fp8 data type" not in out
+    assert "Using TRITON_MLA attention backend" in out
+
+
+def test_old_build_rejects_a_flag_only_newer_vllm_knows(old_venv):
+    document = json.loads((SIM / "vllm" / "flags.json").read_text())["versions"]
+    old = {s for o in document["0.16.0"]["options"] for s in o["option_strings"]}
+    new_only = sorted(s for o in document["0.33.0"]["options"] for s in o["option_strings"]
+                      if s.startswith("--") and s not in old and not o["takes_value"])
+    assert new_only, "0.33.0 has switches 0.16.0 lacks"
+    result = run(old_venv, [str(KIMI), new_only[0]])
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == "api_server.py: error: unrecognized arguments: %s" % new_only[0]
+
+
+# ---- the new build --------------------------------------------------------------------------
+
+
+def test_new_build_serves_the_fp8_checkpoint(new_venv):
+    server = Server(new_venv, KIMI, SEED_ARGS, VLLM_API_KEY="test-key-not-secret")
+    auth = {"Authorization": "Bearer test-key-not-secret"}
+    try:
+        server.wait_ready()
+        assert server.refused_while_loading, "the port must refuse connections while the model 'loads'"
+        status, dummy, body = server.request("GET", "/health")
+        assert (status, body) == (200, "")
+        status, dummy, body = server.request("GET", "/v1/models")
+        assert (status, json.loads(body)) == (401, {"error": "Unauthorized"})
+        status, dummy, body = server.request("GET", "/v1/models", headers={"Authorization": "Bearer wrong"})
+        assert status == 401
+        status, dummy, body = server.request("GET", "/v1/models", headers=auth)
+        models = json.loads(body)
+        assert status == 200 and models["object"] == "list"
+        assert [(m["id"], m["object"], m["owned_by"], m["root"], m["max_model_len"]) for m in models["data"]] == [
+            ("kimi-k2.5", "model", "vllm", str(KIMI), 262144)]
+        status, dummy, body = server.request("GET", "/version")
+        assert (status, json.loads(body)) == (200, {"version": NEW})
+        status, headers, body = server.request("GET", "/metrics")
+        assert status == 200 and headers["content-type"].startswith("text/plain")
+        assert re.search(r'^vllm:kv_cache_usage_perc\{.*\} 0\.0$', body, re.M)
+        assert re.search(r'^vllm:cache_config_info\{.*cache_dtype="fp8_e4m3".*\} 1\.0$', body, re.M)
+        question = {"model": "kimi-k2.5", "messages": [{"role": "user", "content": "Say one word"}], "max_tokens": 1}
+        status, dummy, body = server.request("POST", "/v1/chat/completions", question)
+        assert status == 401
+        status, dummy, body = server.request("POST", "/v1/chat/completions", question, auth)
+        answer = json.loads(body)
+        assert status == 200 and answer["object"] == "chat.completion" and answer["model"] == "kimi-k2.5"
+        choice = answer["choices"][0]
+        assert choice["message"]["role"] == "assistant" and len(choice["message"]["content"].split()) == 1
+        assert choice["finish_reason"] == "length"
+        usage = answer["usage"]
+        assert usage["completion_tokens"] == 1 and usage["prompt_tokens"] > 0
+        assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+        status, dummy, again = server.request("POST", "/v1/chat/completions", question, auth)
+        assert json.loads(again)["choices"][0]["message"] == choice["message"], "replies are deterministic"
+        status, dummy, body = server.request("POST", "/v1/chat/completions", dict(question, model="other"), auth)
+        assert status == 404 and json.loads(body)["error"]["type"] == "NotFoundError"
+    finally:
+        rc, out, err = server.stop()
+    assert rc == 0, err
+    assert "Using fp8 data type to store kv cache" in out
+    assert "kv_cache_dtype=fp8_e4m3" in out
+    assert "test-key-not-secret" not in out + err
+    assert re.search(r"^\(APIServer pid=\d+\) INFO \d\d-\d\d \d\d:\d\d:\d\d \[api_server\.py:\d+\] ", out, re.M)
+
+
+def test_api_key_flag_and_unknown_flags(new_venv):
+    result = run(new_venv, [str(KIMI), "--no-such-flag"])
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == "api_server.py: error: unrecognized arguments: --no-such-flag"
+    assert result.stderr.startswith("usage: api_server.py ")
+    serve = subprocess.run([str(new_venv / "bin" / "vllm"), "serve", str(KIMI), "--enable-reasoning"],
+                           capture_output=True, text=True, env=sim_env(), timeout=30, check=False)
+    assert serve.returncode == 2
+    assert serve.stderr.splitlines()[-1] == journal_line("rejected-flag.txt", r"^vllm: error: .*$")
+    version = subprocess.run([str(new_venv / "bin" / "vllm"), "--version"], capture_output=True, text=True, timeout=30, check=False)
+    assert version.stdout.strip() == NEW
+    missing_parser = run(new_venv, [str(KIMI), "--enable-auto-tool-choice"])
+    assert missing_parser.returncode == 1
+    assert "--enable-auto-tool-choice requires --tool-call-parser" in missing_parser.stderr
+
+
+def test_api_key_flag_guards_v1_only(new_venv):
+    server = Server(new_venv, FIXTURES / "models" / "bf16-kv", ["--api-key", "k1"], FLEET_VLLM_SIM_LOAD_SECONDS="0")
+    try:
+        server.wait_ready()
+        assert server.request("GET", "/v1/models")[0] == 401
+        assert server.request("GET", "/v1/models", headers={"Authorization": "Bearer k1"})[0] == 200
+        assert server.request("GET", "/metrics")[0] == 200
+        assert server.request("GET", "/nowhere")[0] == 404
+    finally:
+        rc, dummy, err = server.stop()
+    assert rc == 0, err
+
+
+def test_collection_probe_reads_the_simulator(new_venv):
+    """The collection's probe finds the version and checks argv against the simulator's flag
+    list; the KV dtype and the backends fall back to the collection's rules and table."""
+    sys.path.insert(0, str(ROOT / "collections"))
+    try:
+        from ansible_collections.fleet.vllm.plugins.module_utils._vllm_probe_payload import PAYLOAD
+    finally:
+        sys.path.pop(0)
+
+    def probe(server_args):
+        question = {"model_path": str(KIMI), "kv_cache_dtype": "auto", "backends": ["TRITON_MLA"],
+                    "attention": {"use_mla": True, "head_size": 576, "dtype": "bfloat16", "capability": [12, 0]},
+                    "server_args": server_args}
+        proc = subprocess.run([str(new_venv / "bin" / "python"), "-c", PAYLOAD], input=json.dumps(question),
+                              capture_output=True, text=True, env=sim_env(), timeout=30, check=False)
+        return json.loads(proc.stdout)
+
+    answer = probe([str(KIMI)] + SEED_ARGS)
+    assert answer["vllm_version"] == NEW
+    assert answer["server_args"] == {"accepted": True, "error": None}
+    assert "error" in answer["kv"] and answer["backends"]["error"], "no vLLM internals: the module falls back"
+    rejected = probe([str(KIMI), "--no-such-flag"])["server_args"]
+    assert rejected["accepted"] is False and "unrecognized arguments: --no-such-flag" in rejected["error"]
