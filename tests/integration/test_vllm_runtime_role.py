@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.integration]
 PLAYBOOK = ROOT / "tests" / "integration" / "playbooks" / "vllm_runtime.yml"
 # The real playbook, on this machine: no sudo here (root already), no systemd (restart disabled).
 ROLLBACK = ROOT / "playbooks" / "rollback.yml"
-ROLLBACK_VARS = {"fleet_vllm_hosts": "localhost", "ansible_become": False}
+ROLLBACK_VARS = {"fleet_vllm_hosts": "localhost", "ansible_become": False, "fleet_vllm_rollback_restart": False}
 BIN = Path(sys.executable).parent
 SHA = "0123456789abcdef0123456789abcdef01234567"
 V1 = "0.16.0rc2.dev313+g" + SHA[:12]
@@ -125,7 +125,6 @@ def play(base, *flags, playbook=PLAYBOOK, uv=None, inventory=None, **extra):
         "vllm_runtime_base_dir": str(base),
         "vllm_runtime_source": "wheelhouse",
         "vllm_runtime_installer": "pip",
-        "vllm_runtime_restart_service": False,
     }
     variables.update(extra)
     rc, out = _run(playbook, ["-e", json.dumps(variables), *flags], path)
@@ -251,7 +250,7 @@ def test_upgrade_keeps_previous_rollback_prune_and_wrong_wheel(tmp_path, python3
     assert rc == 0, tasks
     assert link(base) == k1 and link(base, "previous") == k2
     assert tasks["Report the rollback"]["msg"].endswith("; vLLM " + V1)
-    assert tasks["Restart the vLLM service"]["skipped"] is True  # vllm_runtime_restart_service: false
+    assert "Write the systemd unit" not in tasks  # fleet_vllm_rollback_restart: false: link only
     rc, stats, tasks = play(base, playbook=ROLLBACK, **ROLLBACK_VARS)
     assert rc == 0 and link(base) == k2 and link(base, "previous") == k1
 
