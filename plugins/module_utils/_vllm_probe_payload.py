@@ -284,10 +284,13 @@ def main():
     return answer
 
 
-try:
-    RESULT = main()
-except BaseException as exc:
-    RESULT = {"probe_error": "%s\n%s" % (one_line(exc), traceback.format_exc()[-3000:])}
-ANSWER.write(json.dumps(RESULT) + "\n")
-ANSWER.flush()
+# Loaded under this name, PAYLOAD only defines its functions (tests/helpers/vllm_kv_resolve.py
+# asks resolve_kv about many model directories in one process).
+if __name__ != "__fleet_vllm_library__":
+    try:
+        RESULT = main()
+    except BaseException as exc:
+        RESULT = {"probe_error": "%s\n%s" % (one_line(exc), traceback.format_exc()[-3000:])}
+    ANSWER.write(json.dumps(RESULT) + "\n")
+    ANSWER.flush()
 '''
