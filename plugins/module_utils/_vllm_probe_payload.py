@@ -3,8 +3,8 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The program fleet.vllm.vllm_probe runs with the Python of a vLLM venv.
 
-The module runs ``python -c BOOTSTRAP`` (short, so that ``ps`` stays readable) and writes
-``{"payload": PAYLOAD, "question": {...}}`` to its stdin; BOOTSTRAP runs PAYLOAD with the
+The module runs ``python -c BOOTSTRAP FILE`` (short, so that ``ps`` stays readable), FILE holding
+``{"payload": PAYLOAD, "question": {...}}`` in the module's temporary directory; BOOTSTRAP runs PAYLOAD with the
 question as QUESTION, and PAYLOAD prints one JSON answer on stdout. (PAYLOAD also runs alone, as
 ``python -c PAYLOAD`` with the question on stdin.) It runs inside the vLLM venv (Python 3.10 or later for vLLM; the code itself
 runs on 3.8+ so that a wrong interpreter still gets a readable answer), so it imports nothing of
@@ -27,7 +27,7 @@ Private to the fleet.vllm collection: the interface may change without notice.
 from __future__ import annotations
 
 BOOTSTRAP = (
-    "import json, sys; message = json.loads(sys.stdin.read()); "
+    "import json, sys; message = json.load(open(sys.argv[1])); "
     "exec(compile(message['payload'], '<fleet.vllm.vllm_probe>', 'exec'), "
     "{'__name__': '__fleet_vllm_probe__', 'QUESTION': message['question']})"
 )

@@ -13,7 +13,8 @@ version_added: "0.1.0"
 description:
   - Runs a small probe program with the Python of a vLLM venv (O(python)), in a subprocess, and
     reports what that vLLM build itself says. The probe program and its question go to the
-    interpreter as JSON on stdin, and it prints a JSON answer; nothing is written anywhere.
+    interpreter as a JSON file in the module's own temporary directory (removed when the module
+    exits), and it prints a JSON answer; nothing else is written.
   - The build - RV(vllm_version) and RV(vllm_commit) (nightly versions end in C(+g<sha>); vLLM's
     own C(vllm._version.__commit_id__) is read too).
   - The KV-cache dtype - what vLLM resolves for O(model_path) with C(--kv-cache-dtype
@@ -479,9 +480,14 @@ class VllmProbe(object):
         if not timeout_bin:
             self.fail("the timeout program (GNU coreutils) was not found on PATH (%s): install coreutils"
                       % os.environ.get("PATH", ""))
-        argv = [timeout_bin, "--kill-after=%d" % KILL_AFTER, str(timeout), python, "-c", BOOTSTRAP]
-        message = json.dumps(dict(payload=PAYLOAD, question=question))
-        rc, out, err = self.module.run_command(argv, data=message, cwd="/", environ_update=self.environment())
+        # The question goes in a file, not on stdin: an interpreter that exits without reading its
+        # stdin (a wrong python) would break the pipe, and run_command would then fail with
+        # nothing but "Error executing command." instead of what the interpreter said.
+        question_file = os.path.join(self.module.tmpdir, "vllm-probe-question.json")
+        with open(question_file, "w") as handle:
+            json.dump(dict(payload=PAYLOAD, question=question), handle)
+        argv = [timeout_bin, "--kill-after=%d" % KILL_AFTER, str(timeout), python, "-c", BOOTSTRAP, question_file]
+        rc, out, err = self.module.run_command(argv, cwd="/", environ_update=self.environment())
         lines = [line for line in to_text(out, errors="surrogate_or_replace").splitlines() if line.strip()]
         answer = None
         if lines:
