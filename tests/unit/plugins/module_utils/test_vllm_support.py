@@ -251,8 +251,9 @@ def test_payload_compiles_and_answers_json_without_vllm(tmp_path):
     import sys
 
     compile(PAYLOAD, "<vllm_probe payload>", "exec")
-    message = json.dumps({"payload": PAYLOAD, "question": {"model_path": None}})
-    proc = subprocess.run([sys.executable, "-c", BOOTSTRAP], input=message, capture_output=True, text=True,
+    question_file = tmp_path / "question.json"
+    question_file.write_text(json.dumps({"payload": PAYLOAD, "question": {"model_path": None}}))
+    proc = subprocess.run([sys.executable, "-c", BOOTSTRAP, str(question_file)], capture_output=True, text=True,
                           timeout=120, check=False, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     answer = json.loads(proc.stdout)
