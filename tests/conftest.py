@@ -24,6 +24,11 @@ FIXTURES = ROOT / "tests" / "fixtures"
 
 if str(COLLECTIONS) not in sys.path:
     sys.path.insert(0, str(COLLECTIONS))
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# The fault-injecting Hub test server (tests/hub/fakehub.py): fixtures fakehub, fakehub_env, hf_python.
+pytest_plugins = ["tests.hub.pytest_plugin"]
 
 
 class ModuleRun:
