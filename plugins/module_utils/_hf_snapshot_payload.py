@@ -1,0 +1,119 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, fleet.vllm developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The program fleet.vllm.hf_snapshot runs with the Python that has huggingface_hub.
+
+The module runs ``python -c BOOTSTRAP FILE``, FILE holding ``{"payload": PAYLOAD, "question":
+{...}}`` in the module's temporary directory, in a fresh process for every request to the hub:
+huggingface_hub reads HF_ENDPOINT, HF_HUB_DISABLE_XET and its timeouts when it is imported, and a
+download that stalls is stopped by killing that process. The token comes in the environment
+(HF_TOKEN), never on the command line. PAYLOAD prints one JSON answer on its last stdout line;
+everything huggingface_hub prints goes to stderr.
+
+Question: ``{"op": "resolve"|"dry_run"|"download", "repo_id": str, "revision": str,
+"allow_patterns": [str]|null, "ignore_patterns": [str]|null, "local_dir": str (dry_run,
+download), "max_workers": int (download)}``.
+
+Answers: resolve -> ``{"commit": sha, "files": [{"path", "size", "sha256"?}]}``; dry_run ->
+``{"files": [{"path", "size", "will_download"}]}``; download -> ``{"path": str}``; any failure ->
+``{"error": {"type", "status", "message", "retry_after", "fatal"}}``.
+
+Private to the fleet.vllm collection: the interface may change without notice.
+"""
+
+from __future__ import annotations
+
+BOOTSTRAP = (
+    "import json, sys; message = json.load(open(sys.argv[1])); "
+    "exec(compile(message['payload'], '<fleet.vllm.hf_snapshot>', 'exec'), "
+    "{'__name__': '__fleet_vllm_hf_snapshot__', 'QUESTION': message['question']})"
+)
+
+PAYLOAD = r'''
+import json
+import os
+import sys
+
+sys.path[:] = [p for p in sys.path if p not in ("", ".")]
+ANSWER = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+sys.stdout = sys.stderr
+
+# Errors that another attempt cannot fix: the caller fails at once and says what to set.
+FATAL = ("RepositoryNotFoundError", "GatedRepoError", "RevisionNotFoundError", "EntryNotFoundError",
+         "RemoteEntryNotFoundError", "DisabledRepoError", "HFValidationError", "LocalEntryNotFoundError",
+         "OfflineModeIsEnabled")
+
+
+def one_line(exc):
+    text = " ".join(str(exc).split())
+    if len(text) > 800:
+        text = text[:800] + "..."
+    return text or type(exc).__name__
+
+
+def describe(exc):
+    names = [cls.__name__ for cls in type(exc).__mro__]
+    status = retry_after = None
+    response = getattr(exc, "response", None)
+    if response is not None:
+        status = getattr(response, "status_code", None)
+        try:
+            retry_after = response.headers.get("Retry-After")
+        except Exception:
+            retry_after = None
+    fatal = any(name in FATAL for name in names) or status in (401, 403, 404)
+    if isinstance(exc, OSError) and getattr(exc, "errno", None) in (28, 122):  # ENOSPC, EDQUOT
+        fatal = True
+    return dict(type=type(exc).__name__, status=status, message=one_line(exc), retry_after=retry_after,
+                fatal=bool(fatal))
+
+
+def main(question):
+    try:
+        import huggingface_hub
+        from huggingface_hub import HfApi, snapshot_download
+        from huggingface_hub.utils import filter_repo_objects
+    except Exception as exc:
+        return dict(error=dict(type="ImportError", status=None, fatal=True, retry_after=None,
+                               message="huggingface_hub cannot be imported by %s: %s" % (sys.executable, one_line(exc))))
+    op = question["op"]
+    allow, ignore = question.get("allow_patterns"), question.get("ignore_patterns")
+    try:
+        if op == "resolve":
+            api = HfApi()
+            info = api.model_info(question["repo_id"], revision=question["revision"])
+            commit = info.sha
+            files = []
+            entries = [entry for entry in api.list_repo_tree(question["repo_id"], revision=commit, recursive=True)
+                       if getattr(entry, "size", None) is not None and hasattr(entry, "blob_id")]
+            for entry in filter_repo_objects(entries, allow_patterns=allow, ignore_patterns=ignore,
+                                             key=lambda item: item.path):
+                item = dict(path=entry.path, size=entry.size)
+                if entry.lfs is not None:
+                    item["size"] = entry.lfs.size
+                    item["sha256"] = entry.lfs.sha256
+                files.append(item)
+            return dict(commit=commit, files=files, hub_version=huggingface_hub.__version__)
+        if op == "dry_run":
+            infos = snapshot_download(question["repo_id"], revision=question["revision"],
+                                      local_dir=question["local_dir"], allow_patterns=allow,
+                                      ignore_patterns=ignore, dry_run=True)
+            return dict(files=[dict(path=info.filename, size=info.file_size, will_download=info.will_download)
+                               for info in infos])
+        if op == "download":
+            path = snapshot_download(question["repo_id"], revision=question["revision"],
+                                     local_dir=question["local_dir"], allow_patterns=allow,
+                                     ignore_patterns=ignore, max_workers=question.get("max_workers") or 8)
+            return dict(path=str(path))
+        return dict(error=dict(type="ValueError", status=None, fatal=True, retry_after=None,
+                               message="unknown operation %r" % (op,)))
+    except BaseException as exc:
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        return dict(error=describe(exc))
+
+
+ANSWER.write(json.dumps(main(QUESTION)) + "\n")
+ANSWER.flush()
+'''

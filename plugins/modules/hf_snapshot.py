@@ -1,0 +1,858 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, fleet.vllm developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: hf_snapshot
+short_description: Download a Hugging Face model snapshot at a pinned commit, verified complete, resumable and watched
+version_added: "0.1.0"
+description:
+  - Puts the files of one revision of a model repository in C(O(dest)/<commit sha>/) with
+    huggingface_hub's C(snapshot_download(local_dir=...)) (never the shared cache layout, so no
+    file is a link into a blob), and decides itself whether the snapshot is complete.
+  - The revision (a branch, a tag or a commit) is resolved to its commit sha, which names the
+    directory and is returned; a new revision is a new directory.
+  - Before any byte is written, the revision's files and sizes are listed and the module fails
+    when the free space at O(dest) is less than what is missing plus O(disk_margin_percent).
+    Partial downloads a killed run left behind (huggingface_hub's C(.incomplete) files) are
+    removed, and so are files whose size is wrong (huggingface_hub itself would keep a truncated
+    file whose mtime is older than its metadata).
+  - After downloading, and on every run, the snapshot is checked - every file of the listing
+    present with its exact size, every shard named by a C(*.safetensors.index.json) present; with
+    O(deep) the sha256 of every LFS file against the listing. A partial snapshot is never reported
+    as a success. The listing is then kept as a manifest (C(.fleet-vllm-snapshot.json)) in the
+    snapshot, so that a run with a commit sha checks a complete snapshot without a single request,
+    in time proportional to the number of files.
+  - The download runs in a child process with the Python of O(python). A child that writes no
+    byte for O(stall_timeout) seconds is killed and the download retried (after a stall, with Xet
+    disabled - plain HTTP); 429, 5xx and dropped connections are retried with exponential backoff
+    (C(Retry-After) respected) up to O(retries) times. Unknown repositories and revisions, gated
+    repositories without a token and a full disk fail at once.
+  - Progress (bytes done and total, rate, ETA, attempt) is written to O(progress_file) every few
+    seconds, so that a caller running the module asynchronously can report it.
+author:
+  - fleet.vllm developers (@fleet-vllm)
+attributes:
+  check_mode:
+    support: full
+    description:
+      - Writes nothing. Lists the revision, checks the snapshot and the free space, and reports
+        what would be downloaded from huggingface_hub's C(dry_run) (RV(would_download)).
+  diff_mode:
+    support: none
+    description: Model files are not shown as a diff; RV(would_download) lists what changes.
+  platform:
+    support: full
+    platforms: posix
+    description: Runs on the host that keeps the model files.
+options:
+  repo_id:
+    description: The model repository, C(owner/name), for example C(nvidia/Kimi-K2.5-NVFP4).
+    type: str
+    required: true
+  revision:
+    description:
+      - A branch, a tag or a 40-character commit sha. With a commit sha and a complete snapshot
+        the module makes no request at all.
+    type: str
+    default: main
+  dest:
+    description:
+      - The directory that holds the snapshots of this repository, one C(<commit sha>)
+        subdirectory each. Created when missing (mode 0755).
+    type: path
+    required: true
+  state:
+    description:
+      - V(present) downloads what is missing and fails unless the snapshot ends up complete.
+      - V(verified) never writes (shared storage) and fails unless the snapshot is complete.
+      - V(queried) never writes and never fails for an incomplete snapshot; RV(complete) says.
+    type: str
+    choices: [present, verified, queried]
+    default: present
+  endpoint:
+    description:
+      - The hub to download from - the Hugging Face Hub or a site mirror such as olah.
+    type: str
+    default: https://huggingface.co
+  token:
+    description:
+      - A Hugging Face token, for gated and private repositories. Given to huggingface_hub in its
+        environment (C(HF_TOKEN)), never on a command line, and sent only to O(endpoint).
+      - Without it no token is sent, even one saved on the host (C(HF_HUB_DISABLE_IMPLICIT_TOKEN)).
+    type: str
+  allow_patterns:
+    description: Only files matching one of these glob patterns (huggingface_hub's rules).
+    type: list
+    elements: str
+  ignore_patterns:
+    description: Leave out files matching one of these glob patterns.
+    type: list
+    elements: str
+  max_workers:
+    description: Files downloaded at once.
+    type: int
+    default: 8
+  disable_xet:
+    description:
+      - Download over plain HTTP from the start (C(HF_HUB_DISABLE_XET=1)). After a stall the
+        module switches to plain HTTP anyway.
+    type: bool
+    default: false
+  python:
+    description:
+      - The Python interpreter that has huggingface_hub (1.0 or later), for example the venv the
+        fleet.vllm.vllm_weights role installs. Default - the interpreter running the module.
+    type: path
+  peer:
+    description:
+      - Copy the snapshot from a peer host of the fleet instead of the hub - the C(rsync://) URL of
+        the directory that holds the peer's snapshots of this repository (the fleet.vllm.vllm_weights
+        role serves it read-only with an rsync daemon), for example
+        C(rsync://gpu-node-01:8873/fleet-vllm-models/nvidia--Kimi-K2.5-NVFP4).
+      - O(revision) must then be a commit sha. The file list comes from the peer's manifest, the
+        files through C(rsync) with its partial files kept (an interrupted copy resumes), under the
+        same stall watchdog, retries, progress record and verification as a hub download; the hub
+        is not contacted.
+    type: str
+  offline:
+    description:
+      - Never contact the hub. O(revision) must then be a commit sha whose manifest is in the
+        snapshot (a snapshot this module completed or copied from a peer).
+    type: bool
+    default: false
+  deep:
+    description:
+      - Also compare the sha256 of every LFS file (the shards) with the listing. Reads every
+        byte - about 30 minutes for 540 GB on a fast disk.
+    type: bool
+    default: false
+  disk_margin_percent:
+    description: Free space required beyond the missing bytes, in percent of them.
+    type: int
+    default: 5
+  retries:
+    description: Further attempts after a failed or stalled download.
+    type: int
+    default: 5
+  retry_delay:
+    description:
+      - Seconds before the first retry; doubled for each further one, up to 300 (a
+        C(Retry-After) header from the hub counts when it is longer).
+    type: float
+    default: 10
+  stall_timeout:
+    description: Seconds without a byte written after which a download is killed and retried.
+    type: int
+    default: 300
+  request_timeout:
+    description: Seconds huggingface_hub waits for an answer to one request (C(HF_HUB_DOWNLOAD_TIMEOUT), C(HF_HUB_ETAG_TIMEOUT)).
+    type: int
+    default: 60
+  progress_file:
+    description:
+      - A JSON record of the progress, rewritten every O(progress_interval) seconds and at the end
+        (C(state) V(running), V(done) or V(failed); C(bytes_done), C(bytes_total),
+        C(rate_bytes_per_second), C(eta_seconds), C(attempt), C(line)).
+    type: path
+  progress_interval:
+    description: Seconds between two progress records.
+    type: int
+    default: 10
+  variable_prefix:
+    description:
+      - When set, messages name the role variables (C(<prefix>hf_token), C(<prefix>revision), ...)
+        instead of the module's options.
+    type: str
+    default: ""
+notes:
+  - The snapshot directory is keyed by commit; old commits are left in place (remove them when
+    no served directory links to them any more).
+  - Two runs for the same commit on one host do not download at once - the second fails at
+    once, naming the process that holds the lock.
+requirements:
+  - huggingface_hub 1.0 or later for the Python of O(python) (the module itself needs only the standard library).
+  - C(rsync) on the host, with O(peer).
+seealso:
+  - module: fleet.vllm.served_model
+  - name: huggingface_hub download guide
+    description: How snapshot_download works, and its local_dir layout.
+    link: https://huggingface.co/docs/huggingface_hub/guides/download
+"""
+
+EXAMPLES = r"""
+- name: Download Kimi-K2.5 NVFP4 at a pinned commit from a site mirror
+  fleet.vllm.hf_snapshot:
+    repo_id: nvidia/Kimi-K2.5-NVFP4
+    revision: 0123456789abcdef0123456789abcdef01234567
+    dest: /srv/vllm/models/pristine/nvidia--Kimi-K2.5-NVFP4
+    endpoint: http://hf-mirror.site.example:8090
+    python: /opt/fleet-vllm/hub/bin/python
+    progress_file: /var/lib/fleet-vllm/weights-progress.json
+  register: weights
+
+- name: Verify a snapshot on shared storage (never writes)
+  fleet.vllm.hf_snapshot:
+    repo_id: nvidia/Kimi-K2.5-NVFP4
+    revision: "{{ weights.commit }}"
+    dest: /nfs/models/nvidia--Kimi-K2.5-NVFP4
+    state: verified
+    offline: true
+"""
+
+RETURN = r"""
+path:
+  description: The snapshot directory, C(O(dest)/<commit>).
+  returned: success
+  type: str
+  sample: /srv/vllm/models/pristine/nvidia--Kimi-K2.5-NVFP4/0123456789abcdef0123456789abcdef01234567
+commit:
+  description: The commit sha the revision resolved to.
+  returned: success
+  type: str
+  sample: 0123456789abcdef0123456789abcdef01234567
+revision:
+  description: The revision asked for.
+  returned: always
+  type: str
+complete:
+  description: Whether every file of the revision is on disk with its size (and hash, with O(deep)).
+  returned: success
+  type: bool
+files:
+  description: Number of files in the revision (after O(allow_patterns) and O(ignore_patterns)).
+  returned: success
+  type: int
+total_bytes:
+  description: Bytes of those files.
+  returned: success
+  type: int
+downloaded_bytes:
+  description: Bytes of the snapshot written by this run (0 when nothing was downloaded).
+  returned: success
+  type: int
+missing:
+  description: Files absent, of the wrong size or hash (before the download, or now with V(verified) and V(queried)).
+  returned: success
+  type: list
+  elements: str
+would_download:
+  description: In check mode, the files huggingface_hub's dry run would download, with their sizes.
+  returned: check mode
+  type: list
+  elements: dict
+removed:
+  description: Partial downloads and wrong-sized files removed before downloading.
+  returned: success
+  type: list
+  elements: str
+requests:
+  description: How many hub processes the run started (0 for a complete pinned snapshot).
+  returned: always
+  type: int
+attempts:
+  description: Download attempts made (0 when nothing was missing).
+  returned: success
+  type: int
+xet_fallback:
+  description: Whether a stall made the module fall back from Xet to plain HTTP.
+  returned: success
+  type: bool
+msg:
+  description: What was found or done, in one line; on failure, what went wrong and what to set.
+  returned: always
+  type: str
+"""
+
+import errno
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_native, to_text
+
+from ansible_collections.fleet.vllm.plugins.module_utils._hf_snapshot_payload import BOOTSTRAP, PAYLOAD
+from ansible_collections.fleet.vllm.plugins.module_utils import _snapshot as snap
+
+REPO_ID_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_."
+MAX_DELAY = 300.0
+POLL_SECONDS = 1.0
+RATE_WINDOW = 30.0
+# Options whose role variable is not <prefix><option>.
+VARIABLE_NAMES = dict(token="hf_token", repo_id="repo")
+# rsync exit codes another attempt cannot fix: usage, protocol/module errors, file selection.
+RSYNC_FATAL = {1: "syntax or usage error", 2: "protocol incompatibility", 3: "errors selecting input/output files",
+               4: "requested action not supported", 5: "error starting the client-server protocol (unknown module, "
+               "or the peer refused this host: check its hosts allow)"}
+
+
+class Failure(Exception):
+    pass
+
+
+def _die_with_parent():
+    """In the child: ask Linux to end it when the module dies (a killed ansible run or async job), so that
+    no download goes on writing behind a run that is over. Elsewhere a no-op."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+class HfSnapshot(object):
+    def __init__(self, module):
+        self.module = module
+        self.params = module.params
+        self.dest = os.path.abspath(self.params["dest"])
+        self.result = dict(changed=False, revision=self.params["revision"], requests=0, msg="")
+        self.progress_state = {}
+        self.xet_disabled = self.params["disable_xet"]
+
+    # ---- helpers -------------------------------------------------------------------------
+
+    def name(self, option):
+        prefix = self.params["variable_prefix"]
+        return prefix + VARIABLE_NAMES.get(option, option) if prefix else option
+
+    def check_params(self):
+        p = self.params
+        problems = []
+        owner, _sep, repo = p["repo_id"].partition("/")
+        if not owner or not repo or "/" in repo or any(c not in REPO_ID_CHARS for c in owner + repo):
+            problems.append("%s is %r: set it to owner/name, such as nvidia/Kimi-K2.5-NVFP4" % (self.name("repo_id"), p["repo_id"]))
+        if not p["revision"] or p["revision"] != p["revision"].strip():
+            problems.append("%s is %r: set a branch, a tag or a commit sha" % (self.name("revision"), p["revision"]))
+        if not p["offline"] and not (p["endpoint"].startswith("http://") or p["endpoint"].startswith("https://")):
+            problems.append("%s is %r: set the http(s) URL of the hub or of the site mirror" % (self.name("endpoint"), p["endpoint"]))
+        if p["peer"] and not p["peer"].startswith("rsync://"):
+            problems.append("%s is %r: set the rsync:// URL of a peer's snapshots" % (self.name("peer"), p["peer"]))
+        if (p["offline"] or p["peer"]) and not snap.is_commit_sha(p["revision"]):
+            problems.append("%s is %r: offline or from a peer, the revision must be a 40-character commit sha"
+                            % (self.name("revision"), p["revision"]))
+        for option, low in (("max_workers", 1), ("retries", 0), ("stall_timeout", 5), ("request_timeout", 1),
+                            ("disk_margin_percent", 0), ("progress_interval", 1)):
+            if p[option] < low:
+                problems.append("%s is %d: set it to %d or more" % (self.name(option), p[option], low))
+        if p["retry_delay"] < 0:
+            problems.append("%s is %s: set it to 0 or more" % (self.name("retry_delay"), p["retry_delay"]))
+        if problems:
+            raise Failure("; ".join(problems))
+
+    def python(self):
+        python = self.params["python"]
+        if not python:
+            import sys
+            return sys.executable
+        if not os.path.isfile(python) or not os.access(python, os.X_OK):
+            raise Failure("%s %s is not an executable file: set it to the Python that has huggingface_hub (the "
+                          "fleet.vllm.vllm_weights role installs one)" % (self.name("python"), python))
+        return python
+
+    def environment(self):
+        env = dict(os.environ)
+        for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "HF_HUB_DISABLE_XET", "HF_HUB_ENABLE_HF_TRANSFER"):
+            env.pop(name, None)
+        env.update(
+            HF_ENDPOINT=self.params["endpoint"].rstrip("/"),
+            HF_HOME=os.path.join(self.dest, ".hf-home"),
+            HF_HUB_DISABLE_TELEMETRY="1",
+            HF_HUB_DISABLE_PROGRESS_BARS="1",
+            HF_HUB_DISABLE_SYMLINKS_WARNING="1",
+            HF_HUB_ETAG_TIMEOUT=str(self.params["request_timeout"]),
+            HF_HUB_DOWNLOAD_TIMEOUT=str(self.params["request_timeout"]),
+            HF_XET_CHUNK_CACHE_SIZE_BYTES="0",
+            PYTHONIOENCODING="utf-8",
+            PYTHONDONTWRITEBYTECODE="1",
+            LC_ALL="C",
+        )
+        if self.params["token"]:
+            env["HF_TOKEN"] = self.params["token"]
+        else:
+            env["HF_HUB_DISABLE_IMPLICIT_TOKEN"] = "1"
+        if self.xet_disabled:
+            env["HF_HUB_DISABLE_XET"] = "1"
+        return env
+
+    def start_child(self, question, tag):
+        """Starts the child for one question: huggingface_hub, or rsync for a copy from a peer."""
+        out = open(os.path.join(self.module.tmpdir, "hf-snapshot-%s.out" % tag), "w+b")
+        err = open(os.path.join(self.module.tmpdir, "hf-snapshot-%s.err" % tag), "w+b")
+        if question["op"] == "rsync":
+            argv, what = question["argv"], "rsync"
+        else:
+            question_file = os.path.join(self.module.tmpdir, "hf-snapshot-%s.json" % tag)
+            with open(question_file, "w") as handle:
+                json.dump(dict(payload=PAYLOAD, question=question), handle)
+            argv, what = [self.python(), "-c", BOOTSTRAP, question_file], "%s %s" % (self.name("python"), self.python())
+            self.result["requests"] += 1
+        try:
+            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd="/",
+                                       env=self.environment(), start_new_session=True, preexec_fn=_die_with_parent)
+        except OSError as exc:
+            raise Failure("cannot run %s: %s" % (what, exc.strerror or exc))
+        return process, out, err
+
+    def rsync_argv(self, commit, *paths):
+        rsync = self.module.get_bin_path("rsync")
+        if not rsync:
+            raise Failure("rsync is not installed on this host; it copies the snapshot from %s (install the rsync package)"
+                          % self.name("peer"))
+        return [rsync, "--recursive", "--times", "--chmod=D0755,F0644", "--partial-dir=.cache/rsync-partial",
+                "--contimeout=30", "--timeout=%d" % self.params["stall_timeout"]] + list(paths)
+
+    def peer_url(self, commit, path=""):
+        return "%s/%s/%s" % (self.params["peer"].rstrip("/"), commit, path)
+
+    def rsync_error(self, process, stderr):
+        rc = process.returncode
+        message = " ".join(stderr.split())[-800:] or "(no output)"
+        return dict(type="rsync", status=rc, retry_after=None, fatal=rc in RSYNC_FATAL,
+                    message="rsync from %s exited with code %s (%s): %s" % (
+                        self.params["peer"], rc, RSYNC_FATAL.get(rc, "transfer interrupted"), message))
+
+    @staticmethod
+    def kill(process):
+        for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(process.pid, sig)
+            except OSError:
+                pass
+            try:
+                process.wait(wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def answer_of(self, process, out, err, rsync=False):
+        out.seek(0)
+        err.seek(0)
+        stdout = to_text(out.read(), errors="surrogate_or_replace")
+        stderr = to_text(err.read(), errors="surrogate_or_replace").strip()
+        out.close()
+        err.close()
+        if rsync:
+            return {} if process.returncode == 0 else dict(error=self.rsync_error(process, stderr))
+        lines = [line for line in stdout.splitlines() if line.strip()]
+        try:
+            answer = json.loads(lines[-1]) if lines else None
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            tail = stderr[-1500:] or "(no output)"
+            answer = dict(error=dict(type="ChildFailed", status=None, retry_after=None, fatal=process.returncode in (126, 127),
+                                     message="%s exited with code %s without an answer: %s" % (self.python(), process.returncode, tail)))
+        return answer
+
+    def ask(self, question, tag):
+        process, out, err = self.start_child(question, tag)
+        process.wait()
+        return self.answer_of(process, out, err)
+
+    def explain(self, error):
+        """A failure of the hub, as one line naming the variable to set."""
+        p = self.params
+        kind, status, message = error.get("type"), error.get("status"), error.get("message", "")
+        if kind == "rsync":
+            return message
+        where = "%s at %s" % (p["repo_id"], p["endpoint"])
+        if kind == "RepositoryNotFoundError":
+            return ("repository %s not found (HTTP %s): check %s; a private repository also needs %s"
+                    % (where, status, self.name("repo_id"), self.name("token")))
+        if kind == "GatedRepoError" or status in (401, 403):
+            if p["token"]:
+                return ("the hub refused the token for %s (HTTP %s): %s. Check that %s belongs to an account that has "
+                        "accepted the model's terms on its page" % (where, status, message, self.name("token")))
+            return ("%s is gated or private and no token was given (HTTP %s): set %s to a token of an account that has "
+                    "accepted the model's terms (keep it in a vault)" % (where, status, self.name("token")))
+        if kind == "RevisionNotFoundError":
+            return "revision %r does not exist in %s: check %s (%s)" % (p["revision"], where, self.name("revision"), message)
+        if status == 404:
+            return ("repository %s not found (%s): check %s, and %s for a private repository"
+                    % (where, message, self.name("repo_id"), self.name("token")))
+        if kind == "ImportError":
+            return "%s; set %s to the Python that has huggingface_hub" % (message, self.name("python"))
+        if status is None and ("connect" in message.lower() or "resolve" in message.lower()
+                               or kind in ("ConnectError", "ConnectTimeout", "LocalEntryNotFoundError")):
+            return "cannot reach %s (%s: %s): check %s and that the hub or mirror is up" % (
+                p["endpoint"], kind, message, self.name("endpoint"))
+        return "%s%s: %s" % (kind, " (HTTP %s)" % status if status else "", message)
+
+    @staticmethod
+    def backoff(delay, error):
+        """Seconds to wait before the next attempt: the delay, or the hub's Retry-After when longer."""
+        wait = delay
+        try:
+            wait = max(wait, float(error.get("retry_after") or 0))
+        except (TypeError, ValueError):
+            pass
+        return min(wait, MAX_DELAY)
+
+    # ---- progress ------------------------------------------------------------------------
+
+    def write_progress(self, **fields):
+        path = self.params["progress_file"]
+        self.progress_state.update(fields, updated=time.time())
+        self.progress_state["line"] = snap.progress_line(self.progress_state)
+        if not path or self.module.check_mode:
+            return
+        tmp = "%s.%d.tmp" % (path, os.getpid())
+        try:
+            if not os.path.isdir(os.path.dirname(path) or "/"):
+                os.makedirs(os.path.dirname(path), 0o755)
+            with open(tmp, "w") as handle:
+                json.dump(self.progress_state, handle, sort_keys=True)
+            os.rename(tmp, path)
+        except (IOError, OSError) as exc:
+            self.module.warn("cannot write the progress record %s: %s" % (path, exc))
+
+    # ---- the steps -----------------------------------------------------------------------
+
+    def listing(self):
+        """(commit, files, manifest) - from the manifest when pinned and present, else from the hub."""
+        p = self.params
+        revision = p["revision"]
+        if snap.is_commit_sha(revision):
+            directory = snap.snapshot_dir(self.dest, revision)
+            try:
+                manifest = snap.read_manifest(directory)
+            except snap.SnapshotError as exc:
+                if p["offline"]:
+                    raise Failure(str(exc))
+                manifest = None
+            if manifest is not None:
+                if manifest.get("repo_id") != p["repo_id"] or manifest.get("commit") != revision:
+                    raise Failure("%s belongs to %s at %s, not %s: check %s and %s" % (
+                        snap.manifest_path(directory), manifest.get("repo_id"), manifest.get("commit"), p["repo_id"],
+                        self.name("dest"), self.name("repo_id")))
+                if (manifest.get("allow_patterns") or None) == (p["allow_patterns"] or None) and \
+                        (manifest.get("ignore_patterns") or None) == (p["ignore_patterns"] or None):
+                    return revision, manifest["files"], manifest
+                if p["offline"]:
+                    raise Failure("the manifest in %s was written for other allow/ignore patterns; offline, the "
+                                  "revision cannot be listed again: run once online" % directory)
+            elif p["peer"]:
+                return revision, self.peer_listing(revision), None
+            elif p["offline"]:
+                if p["state"] == "queried":
+                    return revision, None, None
+                raise Failure("no complete snapshot of %s at %s in %s (no %s): offline, nothing can be listed or downloaded; "
+                              "fetch it first (fleet.vllm.vllm_weights) or check %s" % (
+                                  p["repo_id"], revision, self.dest, snap.MANIFEST_NAME, self.name("dest")))
+        question = dict(op="resolve", repo_id=p["repo_id"], revision=revision,
+                        allow_patterns=p["allow_patterns"], ignore_patterns=p["ignore_patterns"])
+        delay = float(p["retry_delay"])
+        for attempt in range(p["retries"] + 1):
+            answer = self.ask(question, "resolve-%d" % attempt)
+            error = answer.get("error")
+            if not error or error.get("fatal") or attempt == p["retries"]:
+                break
+            time.sleep(self.backoff(delay, error))
+            delay = min(delay * 2 if delay else 1.0, MAX_DELAY)
+        if "error" in answer:
+            raise Failure("cannot list %s: %s" % (p["repo_id"], self.explain(answer["error"])))
+        commit = answer.get("commit")
+        if not snap.is_commit_sha(commit or ""):
+            raise Failure("the hub at %s answered no commit sha for %s at %s (got %r)" % (p["endpoint"], p["repo_id"], revision, commit))
+        if not answer.get("files"):
+            raise Failure("%s at %s has no file matching the allow/ignore patterns: check %s and %s" % (
+                p["repo_id"], revision, self.name("allow_patterns"), self.name("ignore_patterns")))
+        try:
+            files = snap.normalise_files(answer["files"])
+        except snap.SnapshotError as exc:
+            raise Failure("the listing of %s at %s from %s: %s" % (p["repo_id"], commit, p["endpoint"], exc))
+        return commit, files, None
+
+    def peer_listing(self, commit):
+        """The file list of the peer's manifest (the peer completed and verified the snapshot)."""
+        target = os.path.join(self.module.tmpdir, "peer")
+        os.mkdir(target)
+        process, out, err = self.start_child(dict(op="rsync", argv=self.rsync_argv(
+            commit, self.peer_url(commit, snap.MANIFEST_NAME), target + "/")), "peer-manifest")
+        process.wait()
+        answer = self.answer_of(process, out, err, rsync=True)
+        if "error" in answer:
+            raise Failure("cannot read the snapshot manifest of %s at %s from %s: %s. Does that peer have the complete "
+                          "snapshot? (a peer has it once a run completed it there)" % (
+                              self.params["repo_id"], commit, self.params["peer"], answer["error"]["message"]))
+        try:
+            manifest = snap.read_manifest(target)
+        except snap.SnapshotError as exc:
+            raise Failure("the peer %s: %s" % (self.params["peer"], exc))
+        if manifest is None or manifest.get("repo_id") != self.params["repo_id"] or manifest.get("commit") != commit:
+            raise Failure("the peer %s has no manifest of %s at %s" % (self.params["peer"], self.params["repo_id"], commit))
+        return manifest["files"]
+
+    def lock(self, commit):
+        path = os.path.join(self.dest, ".%s.lock" % commit)
+        handle = open(path, "a+")
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except (IOError, OSError) as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise Failure("another download of %s at %s is running on this host (%s holds %s): wait for it to end"
+                          % (self.params["repo_id"], commit, holder, path))
+        handle.seek(0)
+        handle.truncate()
+        handle.write("pid %d\n" % os.getpid())
+        handle.flush()
+        return handle
+
+    def remove(self, paths):
+        removed = []
+        for path in paths:
+            try:
+                os.unlink(path)
+                removed.append(path)
+            except OSError as exc:
+                if exc.errno != errno.ENOENT:
+                    raise Failure("cannot remove %s: %s" % (path, exc.strerror))
+        return removed
+
+    def bad_files(self, directory, state):
+        """Files to delete before (re)downloading: wrong size or hash, with huggingface_hub's metadata
+        (which would otherwise make it keep them)."""
+        paths = [item["path"] for item in state["wrong_size"]] + state["wrong_hash"]
+        result = []
+        for path in paths:
+            result.append(os.path.join(directory, path))
+            result.append(snap.hf_metadata_path(directory, path))
+        return result
+
+    def download(self, commit, files, directory, state):
+        p = self.params
+        total, missing_bytes = state["total_bytes"], state["missing_bytes"]
+        removed = self.remove(snap.incomplete_files(directory))
+        removed += self.remove(self.bad_files(directory, state))
+        start_bytes = snap.bytes_on_disk(directory)
+        attempt, delay = 0, float(p["retry_delay"])
+        history = []
+        while True:
+            attempt += 1
+            self.write_progress(state="running", bytes_done=start_bytes, bytes_total=total, attempt=attempt,
+                                transport="http" if self.xet_disabled else "auto", rate_bytes_per_second=None)
+            error = self.one_attempt(commit, files, directory, attempt, total)
+            if error is None:
+                state = snap.check(directory, files, deep=p["deep"])
+                if state["complete"]:
+                    break
+                error = dict(type="IncompleteSnapshot", status=None, retry_after=None, fatal=False,
+                             message="huggingface_hub finished, but %s" % snap.describe_problems(state))
+                removed += self.remove(self.bad_files(directory, state))
+            history.append("attempt %d: %s" % (attempt, self.explain(error)))
+            if error.get("fatal") or attempt > p["retries"]:
+                removed += self.remove(snap.incomplete_files(directory))
+                self.write_progress(state="failed", message=history[-1])
+                self.result["removed"] = removed
+                if error.get("fatal"):
+                    raise Failure("cannot download %s: %s" % (p["repo_id"], self.explain(error)))
+                raise Failure("%s at %s is still incomplete after %d attempt(s) - %s. Re-run to resume (complete files are kept)"
+                              % (p["repo_id"], commit, attempt, " | ".join(history[-3:])))
+            wait = self.backoff(delay, error)
+            self.write_progress(state="running", message="%s; retrying in %ds" % (history[-1], wait))
+            time.sleep(wait)
+            delay = min(delay * 2 if delay else 1.0, MAX_DELAY)
+            removed += self.remove(snap.incomplete_files(directory))
+        self.result.update(attempts=attempt, removed=removed, downloaded_bytes=missing_bytes, retries_log=history)
+        self.write_progress(state="done", bytes_done=total, message="complete")
+
+    def one_attempt(self, commit, files, directory, attempt, total):
+        """Runs one download process under the stall watchdog. None on success, else an error dict."""
+        p = self.params
+        if p["peer"]:
+            question = dict(op="rsync", argv=self.rsync_argv(
+                commit, "--exclude=/.cache/", "--exclude=/%s" % snap.MANIFEST_NAME, self.peer_url(commit), directory + "/"))
+        else:
+            question = dict(op="download", repo_id=p["repo_id"], revision=commit, local_dir=directory,
+                            allow_patterns=p["allow_patterns"], ignore_patterns=p["ignore_patterns"],
+                            max_workers=p["max_workers"])
+        process, out, err = self.start_child(question, "download-%d" % attempt)
+        last_bytes = snap.bytes_on_disk(directory)
+        last_change = last_report = time.time()
+        samples = [(last_change, last_bytes)]
+        while process.poll() is None:
+            time.sleep(POLL_SECONDS)
+            now = time.time()
+            current = snap.bytes_on_disk(directory)
+            if current != last_bytes:
+                last_bytes, last_change = current, now
+            samples.append((now, current))
+            while len(samples) > 2 and samples[1][0] < now - RATE_WINDOW:
+                samples.pop(0)
+            if now - last_report >= p["progress_interval"]:
+                span = samples[-1][0] - samples[0][0]
+                rate = (samples[-1][1] - samples[0][1]) / span if span > 0 else None
+                self.write_progress(bytes_done=min(current, total), rate_bytes_per_second=rate if rate and rate > 0 else None,
+                                    eta_seconds=int((total - current) / rate) if rate and rate > 0 else None)
+                last_report = now
+            if now - last_change >= p["stall_timeout"]:
+                self.kill(process)
+                self.answer_of(process, out, err, rsync=bool(p["peer"]))
+                if not self.xet_disabled and not p["peer"]:
+                    self.xet_disabled = True
+                    self.result["xet_fallback"] = True
+                return dict(type="Stall", status=None, retry_after=None, fatal=False,
+                            message="no byte written for %d s (stall_timeout); the download was killed%s" % (
+                                p["stall_timeout"], "" if self.result.get("xet_fallback") is None else ", next attempts over plain HTTP"))
+        answer = self.answer_of(process, out, err, rsync=bool(p["peer"]))
+        return answer.get("error")
+
+    def dry_run(self, commit):
+        p = self.params
+        directory = snap.snapshot_dir(self.dest, commit)
+        if not os.path.isdir(directory) or p["peer"]:
+            return None
+        answer = self.ask(dict(op="dry_run", repo_id=p["repo_id"], revision=commit, local_dir=directory,
+                               allow_patterns=p["allow_patterns"], ignore_patterns=p["ignore_patterns"]), "dry-run")
+        if "error" in answer:
+            self.module.warn("huggingface_hub's dry run failed (%s); would_download lists the files missing here"
+                             % self.explain(answer["error"]))
+            return None
+        return [item for item in answer.get("files", []) if item.get("will_download")]
+
+    def run(self):
+        p = self.params
+        self.check_params()
+        commit, files, manifest = self.listing()
+        directory = snap.snapshot_dir(self.dest, commit)
+        if files is None:
+            self.result.update(commit=commit, path=directory, complete=False, missing=[], files=0, total_bytes=0,
+                               downloaded_bytes=0, attempts=0, removed=[], xet_fallback=False,
+                               msg="no complete snapshot of %s at %s in %s (no manifest)" % (p["repo_id"], commit, self.dest))
+            return self.result
+        state = snap.check(directory, files, deep=p["deep"])
+        self.result.update(commit=commit, path=directory, files=len(files), total_bytes=state["total_bytes"],
+                           downloaded_bytes=0, attempts=0, removed=[], xet_fallback=False)
+        missing = state["missing"] + [item["path"] for item in state["wrong_size"]] + state["wrong_hash"]
+        self.result["missing"] = missing
+        self.result["complete"] = state["complete"]
+        if state["complete"]:
+            if manifest is None:
+                try:
+                    manifest = snap.read_manifest(directory)
+                except snap.SnapshotError:
+                    manifest = None
+                if manifest is not None and (manifest.get("files") != files or manifest.get("repo_id") != p["repo_id"]):
+                    manifest = None
+            if manifest is None and p["state"] == "present" and not self.module.check_mode:
+                snap.write_manifest(directory, snap.make_manifest(p["repo_id"], commit, files, p["revision"],
+                                                                  p["allow_patterns"], p["ignore_patterns"]))
+                self.result["changed"] = True
+            self.result["msg"] = "%s at %s: complete, %d files, %s%s" % (
+                p["repo_id"], commit[:12], len(files), snap.human_bytes(state["total_bytes"]),
+                " (sha256 checked)" if p["deep"] else "")
+            return self.result
+        problems = snap.describe_problems(state)
+        if p["state"] == "queried":
+            self.result["msg"] = "%s at %s is not complete in %s: %s" % (p["repo_id"], commit[:12], directory, problems)
+            return self.result
+        if p["state"] == "verified":
+            raise Failure("%s at %s is not complete in %s: %s. This is a verify-only run (shared storage): complete the "
+                          "snapshot where it is written" % (p["repo_id"], commit, directory, problems))
+        if state["index_problems"] and not (state["missing"] or state["wrong_size"] or state["wrong_hash"]):
+            raise Failure("%s at %s: every listed file is here, but %s; the repository itself is inconsistent"
+                          % (p["repo_id"], commit, "; ".join(state["index_problems"])))
+        self.check_space(commit, directory, state)
+        if self.module.check_mode:
+            would = self.dry_run(commit)
+            if would is None:
+                sizes = dict((item["path"], item["size"]) for item in files)
+                would = [dict(path=path, size=sizes[path], will_download=True) for path in missing]
+            self.result.update(changed=True, would_download=would, msg="%s at %s: would download %d file(s), %s" % (
+                p["repo_id"], commit[:12], len(would), snap.human_bytes(sum(item.get("size") or 0 for item in would))))
+            return self.result
+        if not os.path.isdir(directory):
+            try:
+                os.makedirs(directory, 0o755)
+            except OSError as exc:
+                raise Failure("cannot create %s: %s; check %s" % (directory, exc.strerror, self.name("dest")))
+        handle = self.lock(commit)
+        try:
+            self.download(commit, files, directory, state)
+            snap.write_manifest(directory, snap.make_manifest(p["repo_id"], commit, files, p["revision"],
+                                                              p["allow_patterns"], p["ignore_patterns"]))
+        finally:
+            handle.close()
+        self.result.update(changed=True, complete=True, msg="%s at %s: downloaded %s in %d attempt(s); complete, %d files, %s" % (
+            p["repo_id"], commit[:12], snap.human_bytes(self.result["downloaded_bytes"]), self.result["attempts"],
+            len(files), snap.human_bytes(state["total_bytes"])))
+        return self.result
+
+    def check_space(self, commit, directory, state):
+        p = self.params
+        needed = state["missing_bytes"]
+        reclaim = 0
+        for path in snap.incomplete_files(directory) if os.path.isdir(directory) else []:
+            try:
+                reclaim += os.stat(path).st_size
+            except OSError:
+                pass
+        for item in state["wrong_size"]:
+            reclaim += item["size"] or 0
+        required = needed + needed * p["disk_margin_percent"] // 100
+        free, where = snap.free_bytes(directory)
+        if free + reclaim < required:
+            raise Failure("not enough disk space for %s at %s: %s missing + %d%% margin = %s needed, %s free on %s (%s). "
+                          "Free space there or point %s at a larger filesystem; nothing was downloaded"
+                          % (p["repo_id"], commit, snap.human_bytes(needed), p["disk_margin_percent"],
+                             snap.human_bytes(required), snap.human_bytes(free + reclaim), where, directory, self.name("dest")))
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            repo_id=dict(type="str", required=True),
+            revision=dict(type="str", default="main"),
+            dest=dict(type="path", required=True),
+            state=dict(type="str", choices=["present", "verified", "queried"], default="present"),
+            endpoint=dict(type="str", default="https://huggingface.co"),
+            token=dict(type="str", no_log=True),
+            allow_patterns=dict(type="list", elements="str"),
+            ignore_patterns=dict(type="list", elements="str"),
+            max_workers=dict(type="int", default=8),
+            disable_xet=dict(type="bool", default=False),
+            python=dict(type="path"),
+            peer=dict(type="str"),
+            offline=dict(type="bool", default=False),
+            deep=dict(type="bool", default=False),
+            disk_margin_percent=dict(type="int", default=5),
+            retries=dict(type="int", default=5),
+            retry_delay=dict(type="float", default=10),
+            stall_timeout=dict(type="int", default=300),
+            request_timeout=dict(type="int", default=60),
+            progress_file=dict(type="path"),
+            progress_interval=dict(type="int", default=10),
+            variable_prefix=dict(type="str", default=""),
+        ),
+        supports_check_mode=True,
+    )
+    runner = HfSnapshot(module)
+    try:
+        result = runner.run()
+    except Failure as exc:
+        runner.result["msg"] = to_native(exc)
+        runner.result["changed"] = False
+        runner.write_progress(state="failed", message=runner.result["msg"])
+        module.fail_json(**runner.result)
+    except snap.SnapshotError as exc:
+        runner.result["msg"] = to_native(exc)
+        module.fail_json(**runner.result)
+    result.pop("retries_log", None)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

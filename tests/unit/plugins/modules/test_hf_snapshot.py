@@ -1,0 +1,261 @@
+"""fleet.vllm.hf_snapshot against real servers on loopback: the fault-injecting Hub test server
+(tests/hub/fakehub.py) with the real huggingface_hub 2.4.0 in the module's child process, and a
+real rsync daemon for copies from a peer. Each test checks the files on disk and the server's
+request log, not only what the module says."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.hub.synthetic_repo import make_repo
+
+REPO = "nvidia/Kimi-K2.5-NVFP4"
+SHARD = "model-00002-of-00004.safetensors"
+MANIFEST = ".fleet-vllm-snapshot.json"
+
+
+@pytest.fixture(scope="module")
+def repo_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("repo") / "Kimi-K2.5-NVFP4"
+    make_repo(path, shards=4, shard_bytes=1_500_000)
+    return path
+
+
+@pytest.fixture
+def hub(fakehub, repo_dir):
+    fakehub.commit = fakehub.add_repo(REPO, str(repo_dir))
+    return fakehub
+
+
+@pytest.fixture
+def snap(run_module, hub, tmp_path):
+    """snap(**options) runs the module against the hub with dest in tmp_path."""
+    dest = tmp_path / "pristine"
+
+    def run(check=False, **options):
+        args = dict(repo_id=REPO, dest=str(dest), endpoint=hub.url, python=sys.executable, retry_delay=0.2,
+                    progress_file=str(tmp_path / "progress.json"))
+        args.update(options)
+        return run_module("hf_snapshot", args, check=check)
+
+    run.dest = dest
+    return run
+
+
+def file_gets(hub):
+    return [r for r in hub.requests if r["method"] == "GET" and "/resolve/" in r["path"]]
+
+
+def same_files(a, b):
+    names = sorted(p.name for p in Path(a).iterdir() if p.is_file())
+    assert names == sorted(p.name for p in Path(b).iterdir() if p.is_file() and p.name != MANIFEST)
+    for name in names:
+        assert (Path(a) / name).read_bytes() == (Path(b) / name).read_bytes(), name
+
+
+def test_fresh_download_then_noop_and_pinned_rerun_without_requests(snap, hub, repo_dir):
+    first = snap()
+    assert not first.failed, first
+    r = first.result
+    assert r["changed"] and r["complete"] and r["commit"] == hub.commit
+    assert r["path"] == str(snap.dest / hub.commit)
+    total = sum(p.stat().st_size for p in repo_dir.iterdir())
+    assert r["total_bytes"] == total == r["downloaded_bytes"]
+    same_files(repo_dir, r["path"])
+    manifest = json.loads((Path(r["path"]) / MANIFEST).read_text())
+    assert manifest["commit"] == hub.commit and len(manifest["files"]) == r["files"] == 10
+    assert {f["path"]: f.get("sha256") for f in manifest["files"]}[SHARD] == hashlib.sha256(
+        (repo_dir / SHARD).read_bytes()).hexdigest()
+    progress = json.loads((snap.dest.parent / "progress.json").read_text())
+    assert progress["state"] == "done" and progress["bytes_done"] == total
+
+    hub.clear_log()
+    again = snap()
+    assert not again.failed and not again.result["changed"], again
+    assert again.result["downloaded_bytes"] == 0 and file_gets(hub) == []
+
+    hub.clear_log()
+    pinned = snap(revision=hub.commit)
+    assert not pinned.failed and not pinned.result["changed"], pinned
+    assert pinned.result["requests"] == 0 and hub.requests == []
+
+
+def test_truncated_shard_is_detected_and_fetched_again(snap, hub, repo_dir):
+    path = Path(snap().result["path"])
+    # A truncated shard older than huggingface_hub's metadata: huggingface_hub alone keeps it.
+    os.truncate(path / SHARD, 1000)
+    os.utime(path / SHARD, (1, 1))
+    queried = snap(revision=hub.commit, state="queried")
+    assert not queried.failed and not queried.result["complete"] and queried.result["missing"] == [SHARD]
+    verified = snap(revision=hub.commit, state="verified")
+    assert verified.failed and SHARD in verified.result["msg"] and "wrong size" in verified.result["msg"]
+    hub.clear_log()
+    fixed = snap(revision=hub.commit)
+    assert not fixed.failed and fixed.result["changed"], fixed
+    assert [r["path"].rsplit("/", 1)[-1] for r in file_gets(hub)] == [SHARD]
+    same_files(repo_dir, path)
+
+
+def test_check_mode_reports_what_would_be_downloaded_and_writes_nothing(snap, hub):
+    result = snap(check=True)
+    assert not result.failed and result.result["changed"], result
+    assert sorted(item["path"] for item in result.result["would_download"]) == sorted(result.result["missing"])
+    assert len(result.result["missing"]) == 10
+    assert not snap.dest.exists() and file_gets(hub) == []
+    path = Path(snap().result["path"])
+    (path / SHARD).unlink()
+    partial = snap(check=True, revision=hub.commit)
+    assert [item["path"] for item in partial.result["would_download"]] == [SHARD]
+    assert not (path / SHARD).exists()
+
+
+def test_disk_too_small_is_refused_before_any_byte(snap, hub):
+    hub.add_fault("wrong_size", path=SHARD, size=50 * 10**15, times=None)
+    result = snap()
+    assert result.failed
+    msg = result.result["msg"]
+    assert "not enough disk space" in msg and "needed" in msg and "free" in msg and "dest" in msg, msg
+    assert not snap.dest.exists() and file_gets(hub) == []
+
+
+def test_gated_repo_needs_the_token_variable_and_the_token_stays_secret(snap, hub, repo_dir):
+    token = "hf_fleetvllmtesttoken0123456789"
+    commit = hub.add_repo("acme/gated-model", str(repo_dir), gated=True, token=token)
+    denied = snap(repo_id="acme/gated-model", variable_prefix="vllm_weights_")
+    assert denied.failed and "vllm_weights_hf_token" in denied.result["msg"], denied
+    assert "gated" in denied.result["msg"]
+    allowed = snap(repo_id="acme/gated-model", token=token, dest=str(snap.dest.parent / "gated"))
+    assert not allowed.failed and allowed.result["commit"] == commit, allowed
+    assert token not in allowed.stdout and token not in allowed.stderr
+    assert any(r["authorization"] for r in hub.requests if "acme/gated-model" in r["path"] and r["status"] == 200)
+
+
+@pytest.mark.parametrize("options, needle", [
+    (dict(repo_id="nvidia/No-Such-Model"), "not found"),
+    (dict(revision="no-such-branch"), "revision 'no-such-branch' does not exist"),
+    (dict(endpoint="http://127.0.0.1:9"), "cannot reach http://127.0.0.1:9"),
+    (dict(repo_id="not a repo"), "owner/name"),
+    (dict(offline=True), "40-character commit sha"),
+])
+def test_clear_errors(snap, options, needle):
+    result = snap(retries=0, **options)
+    assert result.failed and needle in result.result["msg"], result
+    assert not snap.dest.exists()
+
+
+def test_server_errors_and_dropped_connections_are_retried(snap, hub, repo_dir):
+    hub.add_fault("status", path="model-00001-*", status=503, times=2)
+    hub.add_fault("status", path=SHARD, status=429, retry_after=1, times=1)
+    hub.add_fault("drop", path="model-00003-*", after_bytes=300_000, times=2)
+    result = snap(retries=5)
+    assert not result.failed and result.result["complete"], result
+    same_files(repo_dir, result.result["path"])
+    assert all(rule["times"] == 0 for rule in hub.faults) or hub.faults == []
+
+
+def test_stall_is_killed_and_retried(snap, hub, repo_dir):
+    hub.add_fault("stall", path=SHARD, after_bytes=200_000, seconds=120, times=1)
+    started = time.monotonic()
+    result = snap(stall_timeout=5, retries=2)
+    assert not result.failed and result.result["complete"], result
+    assert result.result["attempts"] == 2 and result.result["xet_fallback"] is True
+    assert time.monotonic() - started < 60
+    same_files(repo_dir, result.result["path"])
+    assert not list(Path(result.result["path"]).rglob("*.incomplete"))
+
+
+def test_a_killed_run_leaves_an_orphan_that_the_next_run_removes(snap, hub, repo_dir, tmp_path):
+    hub.add_fault("stall", path=SHARD, after_bytes=1_000_000, seconds=600, times=1)
+    args = dict(repo_id=REPO, dest=str(snap.dest), endpoint=hub.url, python=sys.executable, stall_timeout=600)
+    args_file = tmp_path / "args.json"
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, _ansible_remote_tmp=str(tmp_path))}))
+    module = Path(__file__).resolve().parents[4] / "plugins" / "modules" / "hf_snapshot.py"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[4] / "collections"))
+    proc = subprocess.Popen([sys.executable, str(module), str(args_file)], env=env, cwd=str(tmp_path),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    directory = snap.dest / hub.commit
+    deadline = time.monotonic() + 60
+    orphans = []
+    while time.monotonic() < deadline:
+        orphans = list(directory.rglob("*.incomplete")) if directory.exists() else []
+        # huggingface_hub writes in large chunks: wait until the server has sent the part before the stall.
+        if orphans and hub.bytes_served(path_prefix="/%s/resolve/%s/%s" % (REPO, hub.commit, SHARD)) >= 1_000_000:
+            break
+        time.sleep(0.2)
+    assert orphans, "the download never reached the stalled shard"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    time.sleep(1)  # the child gets SIGTERM when the module dies (PR_SET_PDEATHSIG)
+    leftovers = list(directory.rglob("*.incomplete"))
+    assert leftovers, "a killed run leaves huggingface_hub's partial file behind"
+    hub.clear_faults()
+    result = snap(revision=hub.commit)
+    assert not result.failed and result.result["complete"], result
+    assert any(str(p) in result.result["removed"] for p in leftovers)
+    assert not list(directory.rglob("*.incomplete"))
+    same_files(repo_dir, directory)
+
+
+def test_deep_verification_catches_a_changed_byte(snap, hub, repo_dir):
+    path = Path(snap().result["path"])
+    data = bytearray((path / SHARD).read_bytes())
+    data[-1] ^= 0xFF
+    (path / SHARD).write_bytes(bytes(data))
+    assert snap(revision=hub.commit, state="verified").result["complete"] is True
+    deep = snap(revision=hub.commit, state="verified", deep=True)
+    assert deep.failed and "sha256" in deep.result["msg"] and SHARD in deep.result["msg"]
+    repaired = snap(revision=hub.commit, deep=True)
+    assert not repaired.failed and repaired.result["changed"], repaired
+    same_files(repo_dir, path)
+
+
+def test_offline_query_without_a_snapshot_says_incomplete(snap, hub):
+    result = snap(revision=hub.commit, state="queried", offline=True)
+    assert not result.failed and result.result["complete"] is False and hub.requests == []
+    verified = snap(revision=hub.commit, state="verified", offline=True)
+    assert verified.failed and "no complete snapshot" in verified.result["msg"]
+
+
+@pytest.fixture
+def rsync_daemon(tmp_path):
+    """A real rsync daemon on loopback serving tmp_path/served-by-peer as module fleet-vllm-models."""
+    root = tmp_path / "peer-pristine"
+    root.mkdir()
+    conf = tmp_path / "rsyncd.conf"
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    conf.write_text("use chroot = no\nread only = yes\npid file = %s/rsyncd.pid\n[fleet-vllm-models]\npath = %s\n"
+                    "hosts allow = 127.0.0.1\n" % (tmp_path, root))
+    proc = subprocess.Popen(["rsync", "--daemon", "--no-detach", "--address=127.0.0.1", "--port=%d" % port,
+                             "--config=%s" % conf])
+    time.sleep(0.5)
+    yield root, "rsync://127.0.0.1:%d/fleet-vllm-models" % port
+    proc.terminate()
+    proc.wait(10)
+
+
+def test_copy_from_a_peer_with_rsync_never_asks_the_hub(snap, hub, repo_dir, rsync_daemon, run_module, tmp_path):
+    peer_root, url = rsync_daemon
+    seed = run_module("hf_snapshot", dict(repo_id=REPO, dest=str(peer_root / "Kimi"), endpoint=hub.url,
+                                          python=sys.executable))
+    assert not seed.failed, seed
+    hub.clear_log()
+    missing_peer = snap(revision=hub.commit, peer=url + "/Other", retries=0)
+    assert missing_peer.failed and "Does that peer have the complete snapshot" in missing_peer.result["msg"]
+    copied = snap(revision=hub.commit, peer=url + "/Kimi")
+    assert not copied.failed and copied.result["changed"] and copied.result["complete"], copied
+    assert hub.requests == [] and copied.result["requests"] == 0
+    same_files(repo_dir, copied.result["path"])
+    again = snap(revision=hub.commit, peer=url + "/Kimi")
+    assert not again.failed and not again.result["changed"]

@@ -1,0 +1,98 @@
+"""fleet.vllm.served_model: the served directory is links to the pristine snapshot plus copies of
+the small files; patched copies survive re-runs; a new revision replaces what changed and drops the
+KV-cache record; the pristine files are never written."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import snapshot
+
+RECORD = ".fleet-vllm-kv-cache.json"
+
+
+def make_snapshot(path, config=None, shards=("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")):
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(config or {"quantization_config": {"kv_cache_scheme": {"num_bits": 8}}}))
+    (path / "hf_quant_config.json").write_text('{"quantization": {"kv_cache_quant_algo": "FP8"}}\n')
+    for name in shards:
+        (path / name).write_bytes(b"\0" * 64)
+    (path / "tokenizer.model").write_bytes(b"tok")
+    (path / ".fleet-vllm-snapshot.json").write_text("{}")
+    (path / ".cache" / "huggingface").mkdir(parents=True)
+    (path / ".cache" / "huggingface" / "x.metadata").write_text("m")
+    return path
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    return make_snapshot(tmp_path / "pristine" / ("a" * 40)), tmp_path / "served"
+
+
+def test_links_and_copies_then_nothing_to_do(run_module, dirs):
+    source, served = dirs
+    before = snapshot(source)
+    check = run_module("served_model", dict(source=str(source), path=str(served)), check=True, diff=True)
+    assert check.result["changed"] and not served.exists(), check
+    assert "config.json (copy)" in check.result["diff"]["after"]
+    first = run_module("served_model", dict(source=str(source), path=str(served)))
+    assert first.result["changed"] and first.result["links"] == 3 and first.result["copies"] == 2, first
+    for name in ("model-00001-of-00002.safetensors", "tokenizer.model"):
+        assert (served / name).is_symlink() and Path(os.readlink(served / name)) == source / name
+    for name in ("config.json", "hf_quant_config.json"):
+        assert not (served / name).is_symlink() and (served / name).read_bytes() == (source / name).read_bytes()
+    assert not (served / ".cache").exists() and not (served / ".fleet-vllm-snapshot.json").exists()
+    again = run_module("served_model", dict(source=str(source), path=str(served)))
+    assert not again.result["changed"], again
+    assert snapshot(source) == before
+
+
+def test_a_patched_copy_survives_and_a_new_revision_replaces_it(run_module, dirs, tmp_path):
+    source, served = dirs
+    run_module("served_model", dict(source=str(source), path=str(served)))
+    (served / "config.json").write_text('{"quantization_config": {}}')
+    (served / RECORD).write_text("{}")
+    kept = run_module("served_model", dict(source=str(source), path=str(served)))
+    assert not kept.result["changed"] and (served / "config.json").read_text() == '{"quantization_config": {}}'
+    # A new revision: config.json changed, one shard renamed.
+    new = make_snapshot(tmp_path / "pristine" / ("b" * 40), config={"quantization_config": {"kv_cache_scheme": None}},
+                        shards=("model-00001-of-00001.safetensors",))
+    moved = run_module("served_model", dict(source=str(new), path=str(served)))
+    assert moved.result["changed"], moved
+    assert json.loads((served / "config.json").read_text()) == {"quantization_config": {"kv_cache_scheme": None}}
+    assert not (served / RECORD).exists()
+    assert not (served / "model-00002-of-00002.safetensors").exists()
+    assert Path(os.readlink(served / "model-00001-of-00001.safetensors")).parent == new
+    assert sorted(moved.result["removed"]) == sorted(["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", RECORD])
+
+
+def test_an_identical_copy_keeps_its_patch_across_revisions(run_module, dirs, tmp_path):
+    source, served = dirs
+    run_module("served_model", dict(source=str(source), path=str(served)))
+    (served / "config.json").write_text('{"patched": true}')
+    (served / RECORD).write_text("{}")
+    same = make_snapshot(tmp_path / "pristine" / ("c" * 40))
+    result = run_module("served_model", dict(source=str(same), path=str(served)))
+    assert result.result["changed"]  # the links moved
+    assert (served / "config.json").read_text() == '{"patched": true}' and (served / RECORD).exists()
+
+
+@pytest.mark.parametrize("case, needle", [
+    ("missing", "is not a directory: fetch the snapshot first"),
+    ("inside", "must not contain each other"),
+    ("file", "exists and is not a directory"),
+])
+def test_bad_paths_fail_and_write_nothing(run_module, dirs, case, needle):
+    source, served = dirs
+    path = {"missing": served, "inside": source / "served", "file": served}[case]
+    src = source.parent / "nope" if case == "missing" else source
+    if case == "file":
+        served.write_text("x")
+    before = snapshot(source.parent.parent)
+    result = run_module("served_model", dict(source=str(src), path=str(path)))
+    assert result.failed and needle in result.result["msg"], result
+    assert snapshot(source.parent.parent) == before
