@@ -35,16 +35,21 @@ def test_deploy_runs_the_pipeline_in_order_one_host_at_a_time():
     proc = run("ansible-playbook", "deploy.yml", "-i", "inventories/example", "--list-tasks", "--list-hosts")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    phases = ["fleet.vllm.vllm_preflight", "fleet.vllm.vllm_runtime", "fleet.vllm.vllm_kv_cache",
-              "fleet.vllm.vllm_nccl", "fleet.vllm.vllm_server"]
-    positions = [out.index(phase + " :") for phase in phases]
+    phases = ["fleet.vllm.vllm_preflight :", "fleet.vllm.vllm_weights : Plan where",
+              "fleet.vllm.vllm_runtime :", "fleet.vllm.vllm_weights : Link the served", "fleet.vllm.vllm_kv_cache :",
+              "fleet.vllm.vllm_nccl :", "fleet.vllm.vllm_server :"]
+    positions = [out.index(phase) for phase in phases]
     assert positions == sorted(positions), "pipeline phases out of order"
+    # Preflight and the weights for all hosts at once (nothing that serves is touched), then the rest one host at a time.
+    first, second = out.split("play #2")
+    assert "vllm_preflight" in first and "Plan where" in first and "vllm_runtime" not in first
+    assert "Link the served" in second and "vllm_server :" in second
     for host in ("gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04"):
         assert host in out
-    for tag in ("preflight", "runtime", "kv_cache", "nccl", "server"):
+    for tag in ("preflight", "weights", "runtime", "kv_cache", "nccl", "server"):
         assert "TAGS: [%s]" % tag in out or "%s]" % tag in out
     play = (ROOT / "playbooks" / "deploy.yml").read_text()
-    assert "serial: \"{{ fleet_vllm_serial | default(1) }}\"" in play
+    assert play.count("serial:") == 1 and "serial: \"{{ fleet_vllm_serial | default(1) }}\"" in play
 
 
 def test_example_inventory_reproduces_the_seed_command_line():

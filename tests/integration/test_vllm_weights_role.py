@@ -1,0 +1,203 @@
+"""vllm_weights through ansible-playbook on local "hosts" (each with its own model root): one host
+per site downloads from a Hub-compatible server (tests/hub/fakehub.py, real huggingface_hub in a
+venv the role installs), the others copy from it with a real rsync daemon, a node added with
+--limit copies from a peer outside the play, re-runs change nothing, and the served directory's
+patched copies survive everything. The Hub's request log proves each byte was served once."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT, run_playbook
+from tests.hub.synthetic_repo import make_repo
+
+pytestmark = [pytest.mark.integration]
+
+REPO = "nvidia/Kimi-K2.5-NVFP4"
+PLAYBOOK = ROOT / "tests" / "integration" / "playbooks" / "vllm_weights.yml"
+HOSTS = ("node1", "node2", "node3")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def hub_wheels():
+    """huggingface_hub and its dependencies as wheels (cached across runs), installed by the role with
+    --no-index as a site without internet would."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fleet-vllm" / "wheels-hub-2.4.0"
+    if not any(cache.glob("huggingface_hub-2.4.0-*.whl")):
+        cache.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+                        "--dest", str(cache), "huggingface_hub==2.4.0"], check=True, timeout=600)
+    return cache
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory, hub_wheels):
+    """Three hosts with their roots and rsync daemons, a hub with the synthetic Kimi-shaped repo."""
+    from tests.hub.fakehub import FakeHub
+
+    base = tmp_path_factory.mktemp("fleet")
+    repo = base / "repo"
+    make_repo(repo, shards=4, shard_bytes=1_000_000)
+    hub = FakeHub().start()
+    commit = hub.add_repo(REPO, str(repo))
+    daemons, hostvars = [], {}
+    for host in HOSTS:
+        root = base / host
+        (root / "pristine").mkdir(parents=True)
+        port = free_port()
+        conf = base / ("%s-rsyncd.conf" % host)
+        # A test daemon: root may read the test's private temporary directories (the role's own daemon runs as nobody).
+        conf.write_text("uid = root\ngid = root\nuse chroot = no\nread only = yes\npid file = %s/%s-rsyncd.pid\n"
+                        "[fleet-vllm-models]\npath = %s\nhosts allow = 127.0.0.1\nexclude = .cache/\n"
+                        % (base, host, root / "pristine"))
+        daemons.append(subprocess.Popen(["rsync", "--daemon", "--no-detach", "--address=127.0.0.1", "--port=%d" % port,
+                                         "--config=%s" % conf]))
+        hostvars[host] = dict(
+            ansible_connection="local", ansible_python_interpreter=sys.executable,
+            vllm_weights_root=str(root), vllm_weights_peer_port=port, vllm_weights_peer_address="127.0.0.1",
+            vllm_weights_peer_serve=False, vllm_weights_state_dir=str(root / "state"),
+            vllm_weights_hub_venv=str(base / host / "hub-venv"),
+            vllm_weights_hub_python=sys.executable,
+        )
+    inventory = base / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"vllm_servers": {"hosts": hostvars}}, "vars": dict(
+        vllm_weights_endpoint=hub.url, vllm_weights_retry_delay=1, vllm_weights_progress_every=5,
+        vllm_weights_pip_extra_args=["--no-index", "--find-links", str(hub_wheels)],
+    )}}))
+    time.sleep(0.5)
+    yield dict(base=base, repo=repo, hub=hub, commit=commit, inventory=inventory)
+    hub.stop()
+    for proc in daemons:
+        proc.terminate()
+        proc.wait(10)
+
+
+def play(fleet, *args, **extra):
+    run = run_playbook(PLAYBOOK, "-i", fleet["inventory"], *args, extra_vars=extra or None, timeout=600)
+    return run
+
+
+def shard_gets(hub):
+    return [r for r in hub.requests if r["method"] == "GET" and "/resolve/" in r["path"]]
+
+
+def pristine(fleet, host):
+    return fleet["base"] / host / "pristine" / REPO.replace("/", "--") / fleet["commit"]
+
+
+def served(fleet, host):
+    return fleet["base"] / host / "served" / REPO.replace("/", "--")
+
+
+def messages(run, host, play_index=0):
+    return [r.get("msg") for name, r in run.task_list(host, play_index) if isinstance(r.get("msg"), str)]
+
+
+def assert_complete_copy(fleet, host):
+    repo, snap = fleet["repo"], pristine(fleet, host)
+    for path in repo.iterdir():
+        assert (snap / path.name).read_bytes() == path.read_bytes(), (host, path.name)
+    manifest = json.loads((snap / ".fleet-vllm-snapshot.json").read_text())
+    assert manifest["commit"] == fleet["commit"]
+
+
+def test_peer_fleet_fetches_once_and_onboards_from_a_peer(fleet):
+    hub = fleet["hub"]
+    size = sum(p.stat().st_size for p in fleet["repo"].iterdir())
+
+    first = play(fleet, "--limit", "node1,node2")
+    assert first.rc == 0, first.stdout[-4000:]
+    for host in ("node1", "node2"):
+        assert_complete_copy(fleet, host)
+    # The hub served each byte once for the two hosts: node1 downloaded, node2 copied from node1.
+    assert sum(r["bytes_sent"] for r in shard_gets(hub)) == size
+    assert any("fetches it for the site" in m for m in messages(first, "node1"))
+    assert any("copy from node1" in m for m in messages(first, "node2"))
+    assert any(" / " in m and "100%" in m for m in messages(first, "node1")), "no progress line"
+    # The served directory: links to the pristine shards, real copies of the JSON files.
+    out = served(fleet, "node1")
+    shard = out / "model-00001-of-00004.safetensors"
+    assert shard.is_symlink() and Path(os.readlink(shard)) == pristine(fleet, "node1") / shard.name
+    assert (out / "config.json").is_file() and not (out / "config.json").is_symlink()
+    assert not (out / ".fleet-vllm-snapshot.json").exists() and not (out / ".cache").exists()
+
+    # A patch of the served copy (what the KV-cache step does) survives re-runs; the download is untouched.
+    config = json.loads((out / "config.json").read_text())
+    config["quantization_config"].pop("kv_cache_scheme", None)
+    (out / "config.json").write_text(json.dumps(config))
+    hub.clear_log()
+    again = play(fleet, "--limit", "node1,node2")
+    assert again.rc == 0
+    for host in ("node1", "node2"):
+        assert again.stats(host)["changed"] == 0, (host, again.stdout[-3000:])
+    assert shard_gets(hub) == []
+    assert "kv_cache_scheme" not in json.loads((out / "config.json").read_text())["quantization_config"]
+    assert "kv_cache_scheme" in json.loads((pristine(fleet, "node1") / "config.json").read_text())["quantization_config"]
+
+    # Onboarding node3 alone: it copies from a peer outside the play; the hub serves no file.
+    hub.clear_log()
+    before = {h: sorted(p.stat().st_mtime_ns for p in pristine(fleet, h).iterdir()) for h in ("node1", "node2")}
+    onboard = play(fleet, "--limit", "node3")
+    assert onboard.rc == 0, onboard.stdout[-4000:]
+    assert_complete_copy(fleet, "node3")
+    assert shard_gets(hub) == []
+    assert any("copy from node1" in m or "copy from node2" in m for m in messages(onboard, "node3"))
+    assert before == {h: sorted(p.stat().st_mtime_ns for p in pristine(fleet, h).iterdir()) for h in ("node1", "node2")}
+
+    # Pinned to the commit, a complete fleet is checked without a single request to the hub.
+    hub.clear_log()
+    pinned = play(fleet, vllm_weights_revision=fleet["commit"])
+    assert pinned.rc == 0 and all(pinned.stats(h)["changed"] == 0 for h in HOSTS)
+    assert hub.requests == []
+
+
+def test_check_mode_plans_without_writing(fleet, tmp_path):
+    hub = fleet["hub"]
+    hub.clear_log()
+    run = play(fleet, "--check", "--limit", "node1", vllm_weights_root=str(tmp_path / "elsewhere"))
+    assert run.rc == 0, run.stdout[-4000:]
+    assert not (tmp_path / "elsewhere").exists()
+    assert shard_gets(hub) == []
+    would = [r for name, r in run.task_list("node1") if "would_download" in r]
+    assert would and len(would[0]["would_download"]) == 10
+
+
+def test_shared_storage_is_verified_and_never_written(fleet):
+    assert play(fleet, "--limit", "node1").rc == 0
+    shared = fleet["base"] / "node1" / "pristine" / REPO.replace("/", "--")
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in (shared / fleet["commit"]).iterdir())
+    switch = play(fleet, "--limit", "node2", vllm_weights_source="shared", vllm_weights_pristine_dir=str(shared),
+                  vllm_weights_revision=fleet["commit"])
+    assert switch.rc == 0, switch.stdout[-3000:]
+    shard = served(fleet, "node2") / "model-00001-of-00004.safetensors"
+    assert Path(os.readlink(shard)) == shared / fleet["commit"] / shard.name
+    run = play(fleet, "--limit", "node2", vllm_weights_source="shared", vllm_weights_pristine_dir=str(shared),
+               vllm_weights_revision=fleet["commit"])
+    assert run.rc == 0 and run.stats("node2")["changed"] == 0, [
+        (name, r.get("msg")) for name, r in run.task_list("node2") + run.task_list("node2", 1) if r.get("changed") or r.get("failed")]
+    assert before == sorted((p.name, p.stat().st_mtime_ns) for p in (shared / fleet["commit"]).iterdir())
+
+
+def test_unknown_revision_and_gated_repo_say_what_to_set(fleet):
+    bad = play(fleet, "--limit", "node1", vllm_weights_revision="no-such-branch")
+    assert bad.rc != 0
+    assert any("vllm_weights_revision" in m for m in messages(bad, "node1")), bad.stdout[-3000:]
+    fleet["hub"].add_repo("acme/gated", str(fleet["repo"]), gated=True, token="hf_testtoken_never_real")
+    gated = play(fleet, "--limit", "node1", vllm_weights_repo="acme/gated")
+    assert gated.rc != 0
+    assert any("vllm_weights_hf_token" in m for m in messages(gated, "node1")), gated.stdout[-3000:]
