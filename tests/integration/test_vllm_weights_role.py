@@ -51,6 +51,12 @@ def fleet(tmp_path_factory, hub_wheels):
     from tests.hub.fakehub import FakeHub
 
     base = tmp_path_factory.mktemp("fleet")
+    # One venv with huggingface_hub for the three local "hosts" (they share this machine), made before
+    # the plays so that the role's pip task checks it instead of three hosts installing into it at once.
+    hub_venv = base / "hub-venv"
+    subprocess.run([sys.executable, "-m", "venv", str(hub_venv)], check=True)
+    subprocess.run([str(hub_venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", "--no-index",
+                    "--find-links", str(hub_wheels), "huggingface_hub==2.4.0"], check=True, timeout=300)
     repo = base / "repo"
     make_repo(repo, shards=4, shard_bytes=1_000_000)
     hub = FakeHub().start()
@@ -71,7 +77,7 @@ def fleet(tmp_path_factory, hub_wheels):
             ansible_connection="local", ansible_python_interpreter=sys.executable,
             vllm_weights_root=str(root), vllm_weights_peer_port=port, vllm_weights_peer_address="127.0.0.1",
             vllm_weights_peer_serve=False, vllm_weights_state_dir=str(root / "state"),
-            vllm_weights_hub_venv=str(base / host / "hub-venv"),
+            vllm_weights_hub_venv=str(hub_venv),
             vllm_weights_hub_python=sys.executable,
         )
     inventory = base / "hosts.yml"
