@@ -35,6 +35,22 @@ import os
 import sys
 
 sys.path[:] = [p for p in sys.path if p not in ("", ".")]
+
+
+def die_with_parent():
+    """Linux: end this process when the module that started it dies (a killed ansible run or async job), so
+    that no download goes on writing behind a run that is over. Elsewhere a no-op."""
+    try:
+        import ctypes
+        import signal
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:
+            os._exit(1)
+    except Exception:
+        pass
+
+
+die_with_parent()
 ANSWER = os.fdopen(os.dup(1), "w")
 os.dup2(2, 1)
 sys.stdout = sys.stderr

@@ -272,8 +272,7 @@ import errno
 import fcntl
 import json
 import os
-import signal
-import subprocess
+import threading
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -296,17 +295,6 @@ RSYNC_FATAL = {1: "syntax or usage error", 2: "protocol incompatibility", 3: "er
 
 class Failure(Exception):
     pass
-
-
-def _die_with_parent():
-    """In the child: ask Linux to end it when the module dies (a killed ansible run or async job), so that
-    no download goes on writing behind a run that is over. Elsewhere a no-op."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
 
 
 class HfSnapshot(object):
@@ -359,8 +347,11 @@ class HfSnapshot(object):
         return python
 
     def environment(self):
-        env = dict(os.environ)
-        for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "HF_HUB_DISABLE_XET", "HF_HUB_ENABLE_HF_TRANSFER"):
+        """Sets the children's environment in this (the module's) process, which run_command passes on: the hub,
+        the timeouts, no telemetry, the token only when given, and none inherited."""
+        env = os.environ
+        for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "HF_HUB_DISABLE_XET", "HF_HUB_ENABLE_HF_TRANSFER",
+                     "HF_HUB_DISABLE_IMPLICIT_TOKEN"):
             env.pop(name, None)
         env.update(
             HF_ENDPOINT=self.params["endpoint"].rstrip("/"),
@@ -381,26 +372,43 @@ class HfSnapshot(object):
             env["HF_HUB_DISABLE_IMPLICIT_TOKEN"] = "1"
         if self.xet_disabled:
             env["HF_HUB_DISABLE_XET"] = "1"
-        return env
 
-    def start_child(self, question, tag):
-        """Starts the child for one question: huggingface_hub, or rsync for a copy from a peer."""
-        out = open(os.path.join(self.module.tmpdir, "hf-snapshot-%s.out" % tag), "w+b")
-        err = open(os.path.join(self.module.tmpdir, "hf-snapshot-%s.err" % tag), "w+b")
+    def run_child(self, question, tag, watchdog=None):
+        """Runs the child for one question - huggingface_hub, or rsync for a copy from a peer - and returns its answer.
+        watchdog(process, stop) runs in a thread while the child runs, and may kill it."""
         if question["op"] == "rsync":
-            argv, what = question["argv"], "rsync"
+            argv, what = list(question["argv"]), "rsync"
+            # The payload ends itself with the module (see _hf_snapshot_payload); rsync through setpriv.
+            setpriv = self.module.get_bin_path("setpriv")
+            if setpriv:
+                argv = [setpriv, "--pdeathsig", "TERM", "--"] + argv
         else:
             question_file = os.path.join(self.module.tmpdir, "hf-snapshot-%s.json" % tag)
             with open(question_file, "w") as handle:
                 json.dump(dict(payload=PAYLOAD, question=question), handle)
             argv, what = [self.python(), "-c", BOOTSTRAP, question_file], "%s %s" % (self.name("python"), self.python())
             self.result["requests"] += 1
+        self.environment()
+        stop = threading.Event()
+        threads = []
+
+        def started(process):
+            if watchdog is not None:
+                thread = threading.Thread(target=watchdog, args=(process, stop))
+                thread.daemon = True
+                thread.start()
+                threads.append(thread)
+
         try:
-            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd="/",
-                                       env=self.environment(), start_new_session=True, preexec_fn=_die_with_parent)
+            rc, out, err = self.module.run_command(argv, cwd="/", expand_user_and_vars=False, errors="surrogate_or_replace",
+                                                   before_communicate_callback=started, handle_exceptions=False)
         except OSError as exc:
             raise Failure("cannot run %s: %s" % (what, exc.strerror or exc))
-        return process, out, err
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(30)
+        return self.answer_of(rc, out, err, rsync=question["op"] == "rsync")
 
     def rsync_argv(self, commit, *paths):
         rsync = self.module.get_bin_path("rsync")
@@ -413,35 +421,17 @@ class HfSnapshot(object):
     def peer_url(self, commit, path=""):
         return "%s/%s/%s" % (self.params["peer"].rstrip("/"), commit, path)
 
-    def rsync_error(self, process, stderr):
-        rc = process.returncode
+    def rsync_error(self, rc, stderr):
         message = " ".join(stderr.split())[-800:] or "(no output)"
         return dict(type="rsync", status=rc, retry_after=None, fatal=rc in RSYNC_FATAL,
                     message="rsync from %s exited with code %s (%s): %s" % (
                         self.params["peer"], rc, RSYNC_FATAL.get(rc, "transfer interrupted"), message))
 
-    @staticmethod
-    def kill(process):
-        for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-            try:
-                os.killpg(process.pid, sig)
-            except OSError:
-                pass
-            try:
-                process.wait(wait)
-                return
-            except subprocess.TimeoutExpired:
-                continue
-
-    def answer_of(self, process, out, err, rsync=False):
-        out.seek(0)
-        err.seek(0)
-        stdout = to_text(out.read(), errors="surrogate_or_replace")
-        stderr = to_text(err.read(), errors="surrogate_or_replace").strip()
-        out.close()
-        err.close()
+    def answer_of(self, rc, stdout, stderr, rsync=False):
+        stdout = to_text(stdout or "", errors="surrogate_or_replace")
+        stderr = to_text(stderr or "", errors="surrogate_or_replace").strip()
         if rsync:
-            return {} if process.returncode == 0 else dict(error=self.rsync_error(process, stderr))
+            return {} if rc == 0 else dict(error=self.rsync_error(rc, stderr))
         lines = [line for line in stdout.splitlines() if line.strip()]
         try:
             answer = json.loads(lines[-1]) if lines else None
@@ -449,14 +439,12 @@ class HfSnapshot(object):
             answer = None
         if not isinstance(answer, dict):
             tail = stderr[-1500:] or "(no output)"
-            answer = dict(error=dict(type="ChildFailed", status=None, retry_after=None, fatal=process.returncode in (126, 127),
-                                     message="%s exited with code %s without an answer: %s" % (self.python(), process.returncode, tail)))
+            answer = dict(error=dict(type="ChildFailed", status=None, retry_after=None, fatal=rc in (126, 127),
+                                     message="%s exited with code %s without an answer: %s" % (self.python(), rc, tail)))
         return answer
 
     def ask(self, question, tag):
-        process, out, err = self.start_child(question, tag)
-        process.wait()
-        return self.answer_of(process, out, err)
+        return self.run_child(question, tag)
 
     def explain(self, error):
         """A failure of the hub, as one line naming the variable to set."""
@@ -576,10 +564,8 @@ class HfSnapshot(object):
         """The file list of the peer's manifest (the peer completed and verified the snapshot)."""
         target = os.path.join(self.module.tmpdir, "peer")
         os.mkdir(target)
-        process, out, err = self.start_child(dict(op="rsync", argv=self.rsync_argv(
+        answer = self.run_child(dict(op="rsync", argv=self.rsync_argv(
             commit, self.peer_url(commit, snap.MANIFEST_NAME), target + "/")), "peer-manifest")
-        process.wait()
-        answer = self.answer_of(process, out, err, rsync=True)
         if "error" in answer:
             raise Failure("cannot read the snapshot manifest of %s at %s from %s: %s. Does that peer have the complete "
                           "snapshot? (a peer has it once a run completed it there)" % (
@@ -679,35 +665,44 @@ class HfSnapshot(object):
             question = dict(op="download", repo_id=p["repo_id"], revision=commit, local_dir=directory,
                             allow_patterns=p["allow_patterns"], ignore_patterns=p["ignore_patterns"],
                             max_workers=p["max_workers"])
-        process, out, err = self.start_child(question, "download-%d" % attempt)
-        last_bytes = snap.bytes_on_disk(directory)
-        last_change = last_report = time.time()
-        samples = [(last_change, last_bytes)]
-        while process.poll() is None:
-            time.sleep(POLL_SECONDS)
-            now = time.time()
-            current = snap.bytes_on_disk(directory)
-            if current != last_bytes:
-                last_bytes, last_change = current, now
-            samples.append((now, current))
-            while len(samples) > 2 and samples[1][0] < now - RATE_WINDOW:
-                samples.pop(0)
-            if now - last_report >= p["progress_interval"]:
-                span = samples[-1][0] - samples[0][0]
-                rate = (samples[-1][1] - samples[0][1]) / span if span > 0 else None
-                self.write_progress(bytes_done=min(current, total), rate_bytes_per_second=rate if rate and rate > 0 else None,
-                                    eta_seconds=int((total - current) / rate) if rate and rate > 0 else None)
-                last_report = now
-            if now - last_change >= p["stall_timeout"]:
-                self.kill(process)
-                self.answer_of(process, out, err, rsync=bool(p["peer"]))
-                if not self.xet_disabled and not p["peer"]:
-                    self.xet_disabled = True
-                    self.result["xet_fallback"] = True
-                return dict(type="Stall", status=None, retry_after=None, fatal=False,
-                            message="no byte written for %d s (stall_timeout); the download was killed%s" % (
-                                p["stall_timeout"], "" if self.result.get("xet_fallback") is None else ", next attempts over plain HTTP"))
-        answer = self.answer_of(process, out, err, rsync=bool(p["peer"]))
+        stalled = []
+
+        def watchdog(process, stop):
+            last_bytes = snap.bytes_on_disk(directory)
+            last_change = last_report = time.time()
+            samples = [(last_change, last_bytes)]
+            while not stop.wait(POLL_SECONDS):
+                now = time.time()
+                current = snap.bytes_on_disk(directory)
+                if current != last_bytes:
+                    last_bytes, last_change = current, now
+                samples.append((now, current))
+                while len(samples) > 2 and samples[1][0] < now - RATE_WINDOW:
+                    samples.pop(0)
+                if now - last_report >= p["progress_interval"]:
+                    span = samples[-1][0] - samples[0][0]
+                    rate = (samples[-1][1] - samples[0][1]) / span if span > 0 else None
+                    self.write_progress(bytes_done=min(current, total),
+                                        rate_bytes_per_second=rate if rate and rate > 0 else None,
+                                        eta_seconds=int((total - current) / rate) if rate and rate > 0 else None)
+                    last_report = now
+                if now - last_change >= p["stall_timeout"]:
+                    stalled.append(now)
+                    try:
+                        process.kill()
+                    except OSError:
+                        pass
+                    return
+
+        answer = self.run_child(question, "download-%d" % attempt, watchdog=watchdog)
+        if stalled:
+            fallback = not self.xet_disabled and not p["peer"]
+            if fallback:
+                self.xet_disabled = True
+                self.result["xet_fallback"] = True
+            return dict(type="Stall", status=None, retry_after=None, fatal=False,
+                        message="no byte written for %d s (stall_timeout); the download was killed%s" % (
+                            p["stall_timeout"], ", next attempts over plain HTTP" if fallback else ""))
         return answer.get("error")
 
     def dry_run(self, commit):
