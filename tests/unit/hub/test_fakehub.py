@@ -363,14 +363,15 @@ def test_stop_ends_stalled_responses_quietly(tmp_path, capfd):
     assert gone.recv(100)
     gone.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     gone.close()
-    deadline = time.monotonic() + 3
+    # Generous bounds: a loaded CI machine is slow; what matters is that nothing waits for the 600 s stall.
+    deadline = time.monotonic() + 20
     while not hub.requests[1]["done"] and time.monotonic() < deadline:
         time.sleep(0.05)
     idle = socket.create_connection((hub.host, hub.port), timeout=5)  # a keep-alive connection, idle
     assert raw(hub, "GET", "/api/models/o/n/revision/main")[0] == 200
     t = time.monotonic()
     hub.stop()
-    assert time.monotonic() - t < 3
+    assert time.monotonic() - t < 20
     sock.close()
     idle.close()
     assert "Traceback" not in capfd.readouterr().err
