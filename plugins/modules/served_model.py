@@ -187,7 +187,15 @@ class ServedModel(object):
         wanted = {}
         for rel in source_files(self.source):
             if any(fnmatch.fnmatch(rel, pattern) for pattern in patterns):
-                wanted[rel] = ("copy", sha256_of(os.path.join(self.source, rel)))
+                full = os.path.join(self.source, rel)
+                if rel.endswith(".json"):
+                    try:
+                        with open(full, "rb") as handle:
+                            json.loads(handle.read().decode("utf-8"))
+                    except ValueError as exc:
+                        raise Failure("%s is not valid JSON (%s): the served directory was left as it was; fix or "
+                                      "re-fetch the snapshot" % (full, exc))
+                wanted[rel] = ("copy", sha256_of(full))
             else:
                 wanted[rel] = ("link", os.path.join(self.source, rel))
         if not wanted:
