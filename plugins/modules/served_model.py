@@ -100,7 +100,6 @@ msg:
 
 import errno
 import fnmatch
-import hashlib
 import json
 import os
 import shutil
@@ -108,7 +107,7 @@ import shutil
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.fleet.vllm.plugins.module_utils._snapshot import is_private_path
+from ansible_collections.fleet.vllm.plugins.module_utils._snapshot import is_private_path, sha256_of
 
 RECORD_NAME = ".fleet-vllm-served.json"
 RECORD_VERSION = 1
@@ -116,14 +115,6 @@ RECORD_VERSION = 1
 
 class Failure(Exception):
     pass
-
-
-def sha256_of(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def source_files(source):
