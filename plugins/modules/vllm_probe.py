@@ -41,7 +41,15 @@ description:
   - The server flags - O(server_args) is parsed by vLLM's own C(vllm serve) parser
     (C(make_arg_parser(FlexibleArgumentParser()))) and checked with its
     C(validate_parsed_serve_args); RV(server_args_error) is vLLM's own message.
-  - The module only reads. It changes nothing and always reports C(changed=false).
+  - The module only reads. It changes nothing and always reports C(changed=false); with
+    O(cache_dir) it keeps its answers there (see below), which is not a change of the host.
+  - With O(cache_dir), an answer is kept under a key made of the question, the probe program, the
+    environment given, the content of the model's top-level JSON files and the identity of the
+    vLLM install (the venv's real path, C(pyvenv.cfg), and the path, size and modification time
+    of vLLM's C(RECORD) file). The same question to the same install about the same files is then
+    answered from the cache without importing vLLM (RV(cached)); any other install, file content
+    or question asks vLLM again. Not in check mode, where nothing is written (a kept answer is
+    still read).
 author:
   - fleet.vllm developers (@fleet-vllm)
 attributes:
@@ -121,6 +129,15 @@ options:
       - Seconds the probe may take; importing vLLM alone takes 10 to 40 seconds.
     type: int
     default: 300
+  cache_dir:
+    description:
+      - Directory (created mode 0700) where answers are kept, one file (mode 0600) per key; see
+        the description. Unset, every run asks vLLM.
+      - The roles of this collection set it (C(/var/cache/fleet-vllm/vllm-probe)), so that a rerun
+        of a deployment with nothing new does not import vLLM again.
+      - An install whose identity cannot be read (no C(vllm-*.dist-info/RECORD) in the venv) is
+        never answered from the cache.
+    type: path
 notes:
   - One probe process answers all questions; each run of the module pays for one import of vLLM.
   - DeepSeek-V3.2-style sparse MLA models (C(index_topk) in C(config.json)) use other backends and
@@ -276,6 +293,11 @@ server_args_error:
   returned: always
   type: str
   sample: "vllm serve: error: unrecognized arguments: --no-such-flag"
+cached:
+  description: Whether the answer came from O(cache_dir) instead of a run of vLLM.
+  returned: always
+  type: bool
+  sample: false
 msg:
   description: What was found, in one line; on failure, what went wrong and what to do.
   returned: always
@@ -284,16 +306,23 @@ msg:
     accepts it on compute capability 12.0 (introspection); server args accepted"
 """
 
+import glob
+import hashlib
 import json
 import os
 import re
+import tempfile
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native, to_text
 
 from ansible_collections.fleet.vllm.plugins.module_utils._kv_cache import (
     HF_QUANT_FILE,
+    QUANT_CONTAINERS,
     QuantConfigError,
+    declaration_sites,
+    get_path,
     resolve_kv_cache_dtype,
 )
 from ansible_collections.fleet.vllm.plugins.module_utils._vllm_probe_payload import BOOTSTRAP, PAYLOAD
@@ -323,6 +352,10 @@ def _tail(text, size=STDERR_TAIL):
     return text if len(text) <= size else "..." + text[-size:]
 
 
+def _now():
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 def _short(reason, size=80):
     return reason if len(reason) <= size else reason[:size - 3].rstrip() + "..."
 
@@ -345,6 +378,7 @@ class VllmProbe(object):
             evidence=[],
             server_args_accepted=None,
             server_args_error=None,
+            cached=False,
             msg="",
         )
         self.evidence = self.result["evidence"]
@@ -513,6 +547,97 @@ class VllmProbe(object):
                       % (python, answer.get("python"), answer["import_error"]))
         return answer
 
+    # ---- the cache -----------------------------------------------------------------------
+
+    def install_identity(self, python):
+        """What tells this vLLM install from any other, or None when it cannot be told."""
+        venv = os.path.realpath(os.path.dirname(os.path.dirname(python)))
+        records = sorted(glob.glob(os.path.join(venv, "lib", "python*", "site-packages", "vllm-*.dist-info", "RECORD")))
+        if not records:
+            return None
+        identity = dict(venv=venv, records=[])
+        for record in records:
+            info = os.stat(record)
+            identity["records"].append([record, info.st_size, info.st_mtime_ns])
+        try:
+            with open(os.path.join(venv, "pyvenv.cfg"), "rb") as handle:
+                identity["pyvenv"] = hashlib.sha256(handle.read()).hexdigest()
+        except (IOError, OSError):
+            identity["pyvenv"] = None
+        return identity
+
+    def model_files(self):
+        """sha256 of each top-level JSON file of the model directory (what vLLM's config reading sees).
+
+        Asked about an explicit dtype (not auto), vLLM's answer does not depend on the KV-cache
+        declarations, so they are left out of the digest: the answer for a checkpoint stays valid
+        once the declarations were stripped from it (the next run asks the same question).
+        """
+        model_path = self.params["model_path"]
+        if not model_path:
+            return {}
+        explicit = self.params["kv_cache_dtype"] != "auto"
+        digests = {}
+        for path in sorted(glob.glob(os.path.join(model_path, "*.json"))):
+            if not os.path.isfile(path):
+                continue
+            name = os.path.basename(path)
+            with open(path, "rb") as handle:
+                data = handle.read()
+            if explicit and name in QUANT_CONTAINERS:
+                try:
+                    doc = json.loads(data.decode("utf-8"))
+                    for sub_path, key in list(declaration_sites(name, doc)):
+                        del get_path(doc, sub_path)[key]
+                    data = json.dumps(doc, sort_keys=True).encode("utf-8")
+                except (ValueError, QuantConfigError):
+                    pass  # the raw bytes, then
+            digests[name] = hashlib.sha256(data).hexdigest()
+        return digests
+
+    def cache_key(self, python, question):
+        identity = self.install_identity(python)
+        if identity is None:
+            self.evidence.append("answer not cached: no vllm-*.dist-info/RECORD in the venv of %s to tell the install by"
+                                 % python)
+            return None
+        material = dict(payload=hashlib.sha256(PAYLOAD.encode("utf-8")).hexdigest(), question=question,
+                        environment=self.environment(), install=identity, files=self.model_files())
+        return hashlib.sha256(json.dumps(material, sort_keys=True).encode("utf-8")).hexdigest()
+
+    def cache_path(self, key):
+        return os.path.join(self.params["cache_dir"], "%s.json" % key)
+
+    def read_cache(self, key):
+        try:
+            with open(self.cache_path(key), "rb") as handle:
+                kept = json.loads(handle.read().decode("utf-8"))
+        except (IOError, OSError, ValueError):
+            return None
+        if not isinstance(kept, dict) or not isinstance(kept.get("answer"), dict):
+            return None
+        self.evidence.append("answer kept in %s since %s: same vLLM install, model files and question; vLLM not imported"
+                             % (self.cache_path(key), kept.get("created", "?")))
+        return kept["answer"]
+
+    def write_cache(self, key, answer):
+        cache_dir = self.params["cache_dir"]
+        try:
+            if not os.path.isdir(cache_dir):
+                os.makedirs(cache_dir, 0o700)
+            fd, tmp = tempfile.mkstemp(prefix=".%s." % key[:12], dir=cache_dir)
+            try:
+                with os.fdopen(fd, "w") as handle:
+                    json.dump(dict(created=_now(), answer=answer), handle)
+                os.rename(tmp, self.cache_path(key))
+            except BaseException:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+                raise
+        except (IOError, OSError) as exc:
+            # A cache that cannot be written costs the next run one vLLM import, nothing more.
+            self.module.warn("vllm_probe: cannot keep the answer in %s: %s" % (cache_dir, to_native(exc)))
+
     # ---- the answer ----------------------------------------------------------------------
 
     def take_build(self, answer):
@@ -643,7 +768,14 @@ class VllmProbe(object):
     def run(self):
         python = self.check_python()
         question, capability, model = self.plan()
-        answer = self.run_probe(python, question)
+        key = self.cache_key(python, question) if self.params["cache_dir"] else None
+        answer = self.read_cache(key) if key else None
+        if answer is None:
+            answer = self.run_probe(python, question)
+            if key and not self.module.check_mode:
+                self.write_cache(key, answer)
+        else:
+            self.result["cached"] = True
         version, commit = self.take_build(answer)
         resolved = self.take_kv(answer, question)
         if capability is not None:
@@ -666,6 +798,7 @@ def main():
             environment=dict(type="dict", default={}),
             method=dict(type="str", choices=["auto", "introspection", "table"], default="auto"),
             timeout=dict(type="int", default=300),
+            cache_dir=dict(type="path"),
         ),
         supports_check_mode=True,
     )

@@ -21,6 +21,8 @@ def play(model, python, *flags, **extra):
         "vllm_kv_cache_model_path": str(model),
         "vllm_kv_cache_python": str(python),
         "vllm_kv_cache_probe_environment": {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"},
+        # the probe's answers stay with the test, not in /var/cache of this machine
+        "vllm_kv_cache_probe_cache_dir": str(model.parent / "probe-cache"),
     }
     variables.update(extra)
     run = run_playbook(PLAYBOOK, *flags, extra_vars=variables, path=[FIXTURES / "bin"],
@@ -54,16 +56,20 @@ def test_old_vllm_strips_new_vllm_restores(tmp_path, vllm_venv_old, vllm_venv):
     assert "-> strip" in line and line.endswith("vLLM resolves --kv-cache-dtype auto to auto")
     assert "kv_cache_scheme" not in json.loads((model / "config.json").read_text())["quantization_config"]
 
-    # Each run asks vLLM, whose import takes about 40 s: the rerun with nothing to do is checked
-    # once, after the upgrade, and for the strip side in test_forced_policies_need_no_probe.
+    # Each new question imports vLLM (about 40 s): the rerun with nothing to do is checked once,
+    # after the upgrade, and for the strip side in test_forced_policies_need_no_probe.
     rc, stats, tasks = play(model, new)
     assert rc == 0 and stats["changed"] == 1
     line = decision(tasks)
     assert "vLLM 0.33.0" in line and "TRITON_MLA: accepts" in line and "-> keep it" in line
     assert snapshot(model) == pristine, "the upgrade did not restore the checkpoint's FP8 KV cache"
+    assert tasks["Ask the installed vLLM whether a backend accepts the checkpoint's KV-cache dtype"]["cached"] is False
 
+    # The rerun asks the same question of the same install about the same files: the answer the
+    # real vLLM gave one run ago, from the probe's cache, without importing vLLM.
     rc, stats, tasks = play(model, new)
     assert rc == 0 and stats["changed"] == 0 and snapshot(model) == pristine
+    assert tasks["Ask the installed vLLM whether a backend accepts the checkpoint's KV-cache dtype"]["cached"] is True
 
 
 def test_forced_policies_need_no_probe(tmp_path):

@@ -36,7 +36,7 @@ SEED_VERSION = "0.16.0rc2.dev313+g5d5bd5c9d"
 RETURN_KEYS = {
     "changed", "vllm_version", "vllm_commit", "kv_cache_dtype", "kv_cache_dtype_resolved", "attention_kind",
     "compute_capability", "backends", "backend_available", "decided_by", "evidence", "server_args_accepted",
-    "server_args_error", "msg",
+    "server_args_error", "msg", "cached",
 }
 BACKEND_KEYS = {"name", "accepts", "reasons", "kv_cache_dtypes", "compute_capability_supported"}
 MLA_NAMES = ["TRITON_MLA", "FLASHMLA", "FLASHINFER_MLA", "CUTLASS_MLA", "FLASH_ATTN_MLA"]
@@ -527,3 +527,97 @@ def test_sparse_mla_model_is_refused(run_module, stub_vllm, tmp_path):
     run = run_module("vllm_probe", dict(stub_vllm("0.33.0"), model_path=str(model), compute_capability="12.0"))
     assert run.failed
     assert "is a sparse-MLA model (index_topk in config.json" in run.result["msg"]
+
+
+# ---- the answer cache -------------------------------------------------------------------------
+
+
+def fake_venv(root, version=SEED_VERSION, record=True):
+    """A venv (pyvenv.cfg + a link to this Python) whose site-packages has a stand-in ``vllm``
+    that counts its imports in ``root/imports``; with ``record``, a vllm-*.dist-info/RECORD as pip
+    writes it, which is how the probe tells one install from another."""
+    base = os.path.dirname(os.path.realpath(sys.executable))
+    site = root / "lib" / ("python%d.%d" % sys.version_info[:2]) / "site-packages"
+    (site / "vllm").mkdir(parents=True)
+    (site / "vllm" / "__init__.py").write_text(
+        "with open(%r, 'a') as _f:\n    _f.write('import\\n')\n__version__ = %r\n" % (str(root / "imports"), version))
+    if record:
+        (site / ("vllm-%s.dist-info" % version)).mkdir()
+        (site / ("vllm-%s.dist-info" % version) / "RECORD").write_text("vllm/__init__.py,,\n")
+    (root / "bin").mkdir()
+    os.symlink(os.path.realpath(sys.executable), root / "bin" / "python")
+    (root / "pyvenv.cfg").write_text("home = %s\ninclude-system-site-packages = false\nversion = %d.%d.%d\n"
+                                     % ((base,) + tuple(sys.version_info[:3])))
+    return root / "bin" / "python", site
+
+
+def imports(venv):
+    path = venv / "imports"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_the_same_question_to_the_same_install_is_answered_from_the_cache(run_module, tmp_path):
+    import shutil
+
+    venv = tmp_path / "venv"
+    python, site = fake_venv(venv)
+    model = tmp_path / "served"
+    shutil.copytree(KIMI, model)
+    cache = tmp_path / "cache"
+    args = dict(python=str(python), model_path=str(model), kv_cache_dtype="fp8_e4m3", compute_capability="12.0",
+                method="table", cache_dir=str(cache))
+
+    first = run_module("vllm_probe", args)
+    assert not first.failed, first
+    assert first.result["cached"] is False and imports(venv) == 1
+    assert first.result["vllm_version"] == SEED_VERSION and first.result["backend_available"] is False
+    kept = list(cache.iterdir())
+    assert len(kept) == 1 and kept[0].suffix == ".json"
+    assert (os.stat(cache).st_mode & 0o777, os.stat(kept[0]).st_mode & 0o777) == (0o700, 0o600)
+
+    again = run_module("vllm_probe", args)
+    assert again.result["cached"] is True and imports(venv) == 1, "the rerun imported vLLM again"
+    assert_same_keys(again)
+    for key in RETURN_KEYS - {"cached", "evidence", "changed"}:
+        assert again.result[key] == first.result[key], key
+    assert any(line.startswith("answer kept in %s since " % kept[0]) for line in again.result["evidence"])
+
+    # The declarations the KV-cache fix strips do not change an explicit-dtype question...
+    config = json.loads((model / "config.json").read_text())
+    del config["quantization_config"]["kv_cache_scheme"]
+    (model / "config.json").write_text(json.dumps(config, indent=2))
+    assert run_module("vllm_probe", args).result["cached"] is True and imports(venv) == 1
+    # ...any other change of the model's files does
+    config["num_hidden_layers"] = 3
+    (model / "config.json").write_text(json.dumps(config, indent=2))
+    assert run_module("vllm_probe", args).result["cached"] is False and imports(venv) == 2
+
+    # Another question, in check mode: asked, and not kept (check mode writes nothing)
+    before = sorted(p.name for p in cache.iterdir())
+    check = run_module("vllm_probe", dict(args, compute_capability="9.0"), check=True)
+    assert check.result["cached"] is False and imports(venv) == 3
+    assert sorted(p.name for p in cache.iterdir()) == before
+
+    # A reinstall (pip rewrites RECORD) is another install: asked again
+    record = next(site.glob("vllm-*.dist-info")) / "RECORD"
+    os.utime(record, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
+    assert run_module("vllm_probe", args).result["cached"] is False and imports(venv) == 4
+
+    # A damaged cache file is asked again and replaced
+    for kept_file in cache.iterdir():
+        kept_file.write_text("{not json")
+    assert run_module("vllm_probe", args).result["cached"] is False and imports(venv) == 5
+    assert run_module("vllm_probe", args).result["cached"] is True and imports(venv) == 5
+
+
+def test_an_install_that_cannot_be_told_is_never_cached(run_module, tmp_path):
+    venv = tmp_path / "venv"
+    python, _site = fake_venv(venv, record=False)
+    args = dict(python=str(python), kv_cache_dtype="fp8_e4m3", compute_capability="12.0", attention_kind="mla",
+                method="table", cache_dir=str(tmp_path / "cache"))
+    for count in (1, 2):
+        run = run_module("vllm_probe", args)
+        assert not run.failed, run
+        assert run.result["cached"] is False and imports(venv) == count
+    assert any(line.startswith("answer not cached: no vllm-*.dist-info/RECORD") for line in run.result["evidence"])
+    assert not (tmp_path / "cache").exists()
