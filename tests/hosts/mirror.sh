@@ -216,7 +216,9 @@ cmd_up() {
     local running have
     running=$(podman container inspect --format '{{.State.Running}}' "${name}" 2>/dev/null || true)
     have=$(podman container inspect --format '{{index .Config.Labels "org.fleet-vllm.mirror-key"}}' "${name}" 2>/dev/null || true)
-    if [[ ${running} == true && ${have} == "${key}" ]]; then
+    # Podman can still say "running" for a container whose processes are gone (killed from
+    # outside): reuse it only when it answers.
+    if [[ ${running} == true && ${have} == "${key}" ]] && podman exec "${name}" true >/dev/null 2>&1; then
         log "reusing running ${name}"
     else
         if [[ -n ${running} ]]; then

@@ -1,11 +1,22 @@
 #!/usr/bin/env bash
-# Run Molecule on fleet.vllm's test hosts: builds (or reuses) the local test-host image, exports
-# its name as FLEET_VLLM_TESTHOST_IMAGE for molecule/*/molecule.yml, then runs molecule from
-# the repository root with the project's venv. Arguments go to molecule, e.g.
-#   tests/hosts/molecule.sh test -s default
-# Run as root after tests/hosts/prepare-machine.sh (Podman, runc, ulimits).
-# FLEET_VLLM_MOLECULE_PREFIX (default fleet-vllm) prefixes container and network names, so two
-# people on one machine can run the same scenario at once.
+# Run Molecule on fleet.vllm's test hosts. Sets up what the scenarios need, then runs molecule
+# from the repository root with the project's venv:
+#   1. tests/hosts/prepare-machine.sh (idempotent: Podman, runc, ulimits),
+#   2. the test-host image (tests/hosts/build-image.sh), exported as FLEET_VLLM_TESTHOST_IMAGE,
+#   3. the wheelhouse (tests/hosts/wheelhouse.sh: the engine simulator as `vllm`, and
+#      huggingface_hub), exported as FLEET_VLLM_WHEELHOUSE and mounted at /srv/wheelhouse,
+#   4. the hub mirror on the network fleet-vllm-net (tests/hosts/mirror.sh up; it keeps running
+#      for the next run, tools/demo-down.sh or `tests/hosts/mirror.sh down` stops it), its
+#      loopback URL exported as FLEET_VLLM_MIRROR_URL for preflight's listing from here.
+#
+#   tests/hosts/molecule.sh test -s default      # arguments go to molecule
+#   tests/hosts/molecule.sh all                  # every scenario in turn, timed; what CI runs
+#   tests/hosts/molecule.sh all default kv_auto  # some of them
+#
+# Run as root. FLEET_VLLM_MOLECULE_PREFIX (default fleet-vllm) prefixes the containers' names, so
+# two people on one machine can run the same scenario at once; the network is always
+# fleet-vllm-net (the mirror's). Never run `molecule reset`: it removes every container labelled
+# owner=molecule, other people's included.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -13,9 +24,46 @@ root=$(cd "${here}/../.." && pwd)
 venv=${FLEET_VLLM_VENV:-${root}/.venv}
 export PATH=${venv}/bin:${PATH}
 export ANSIBLE_INJECT_FACT_VARS=false
+# The scenarios, in the order `all` runs them.
+scenarios=(default kv_auto onboard upgrade_rollback failures)
 
+log() { printf 'molecule.sh: %s\n' "$*" >&2; }
+
+start=${SECONDS}
+"${here}/prepare-machine.sh" >&2
 FLEET_VLLM_TESTHOST_IMAGE=$("${here}/build-image.sh")
-export FLEET_VLLM_TESTHOST_IMAGE
+FLEET_VLLM_WHEELHOUSE=$("${here}/wheelhouse.sh")
+export FLEET_VLLM_TESTHOST_IMAGE FLEET_VLLM_WHEELHOUSE
+podman network exists fleet-vllm-net || podman network create fleet-vllm-net >/dev/null
+if [[ -x ${here}/mirror.sh ]]; then
+    FLEET_VLLM_MIRROR_WHEELHOUSE=${FLEET_VLLM_WHEELHOUSE} "${here}/mirror.sh" up >&2
+    FLEET_VLLM_MIRROR_URL=$("${here}/mirror.sh" url)
+    export FLEET_VLLM_MIRROR_URL
+else
+    log "tests/hosts/mirror.sh is missing: no hub mirror"
+fi
+log "setup in $((SECONDS - start)) s (image ${FLEET_VLLM_TESTHOST_IMAGE}, wheelhouse ${FLEET_VLLM_WHEELHOUSE}, mirror ${FLEET_VLLM_MIRROR_URL:-none})"
 
 cd "${root}"
-exec molecule "$@"
+if [[ ${1:-} != all ]]; then
+    exec molecule "$@"
+fi
+
+shift
+(($#)) && scenarios=("$@")
+declare -a summary
+failed=0
+total_start=${SECONDS}
+for scenario in "${scenarios[@]}"; do
+    t=${SECONDS}
+    if molecule test -s "${scenario}"; then
+        summary+=("$(printf '%-18s passed in %4d s' "${scenario}" $((SECONDS - t)))")
+    else
+        summary+=("$(printf '%-18s FAILED after %4d s' "${scenario}" $((SECONDS - t)))")
+        failed=1
+    fi
+done
+log "scenarios:"
+printf '  %s\n' "${summary[@]}" >&2
+log "all scenarios in $((SECONDS - total_start)) s (setup included: $((SECONDS - start)) s)"
+exit "${failed}"
