@@ -1,0 +1,50 @@
+"""onboard: the node that joined with --limit serves, with the snapshot copied from a peer."""
+
+from __future__ import annotations
+
+import fleet_hosts as fleet
+
+testinfra_hosts = fleet.testinfra_hosts("fleet_vllm_newcomers")
+
+
+def test_the_run_touched_only_the_new_node():
+    run = fleet.load_run("onboard")
+    assert run["rc"] == 0, run["output_tail"][-3000:]
+    assert sorted(run["recap"]) == fleet.instances("fleet_vllm_newcomers"), run["recap"]
+
+
+def test_no_shard_from_the_mirror_during_its_run():
+    """The weights came from a peer: the hub mirror served no shard while the node joined."""
+    run = fleet.load_run("onboard")
+    assert fleet.shard_requests(run["mirror_log"]) == []
+
+
+def _model_files(data, snap):
+    """The checkpoint's files in a snapshot (not the manifest, not huggingface_hub's .cache/)."""
+    prefix = snap + "/"
+    return {p[len(prefix):]: e["sha256"] for p, e in data["files"].items()
+            if p.startswith(prefix) and e and "sha256" in e and not any(
+                part.startswith(".") for part in p[len(prefix):].split("/"))}
+
+
+def test_same_snapshot_as_the_peers(host):
+    import testinfra
+
+    data = fleet.facts(host)
+    reference = fleet.facts(testinfra.get_host(f"podman://{fleet.instances()[0]}"))
+    snap = fleet.pristine(data)
+    assert snap == fleet.pristine(reference)
+    mine = _model_files(data, snap)
+    assert any(name.endswith(".safetensors") for name in mine)
+    assert mine == _model_files(reference, snap)
+
+
+def test_pristine_untouched_and_served_stripped(host):
+    data = fleet.facts(host)
+    fleet.assert_pristine_untouched(data)
+    fleet.assert_shards_link_to_pristine(data)
+    fleet.assert_kv_stripped(data)
+
+
+def test_serving(host):
+    fleet.assert_serving(host, fleet.facts(host), fleet.OLD_VERSION)

@@ -1,0 +1,156 @@
+"""Run one ansible-playbook command the way an operator would, from a Molecule side_effect, and
+record what happened for the scenario's verify step (test helper, not part of the collection).
+
+    python run_playbook.py NAME --expect ok|fail [--poll] -- playbooks/deploy.yml [ansible-playbook args]
+
+Runs ``ansible-playbook -i <Molecule's inventory> ARGS`` from the repository root (with the
+environment Molecule gives its playbooks: ANSIBLE_CONFIG, the collections path), prints its
+output, and writes $MOLECULE_EPHEMERAL_DIRECTORY/run-NAME.json with:
+
+  rc, seconds, argv, the output's tail, the PLAY RECAP per host (ok/changed/failed...),
+  mirror_log: the hub mirror's request-log lines written during the run (tests/hosts/mirror.sh log),
+  polls (with --poll): every change of each host's GET /health answer (on the port published on
+      127.0.0.1), polled every 0.1 s from before the run to its end: [seconds, host, status].
+
+Exits 0 when the run ended as expected (--expect fail: ansible-playbook failed), 1 otherwise, so
+that Molecule stops at a surprise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+MIRROR = os.path.join(ROOT, "tests", "hosts", "mirror.sh")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)\s+rescued=(\d+)\s+ignored=(\d+)")
+
+
+def mirror_log():
+    if not os.access(MIRROR, os.X_OK):
+        return []
+    out = subprocess.run([MIRROR, "log"], capture_output=True, text=True, check=False)
+    return out.stdout.splitlines() if out.returncode == 0 else []
+
+
+def hosts():
+    sys.path.insert(0, HERE)
+    import fleet_hosts
+
+    return fleet_hosts.instances()
+
+
+class Poller(threading.Thread):
+    """Polls GET /health of every host on its loopback port; keeps the changes only."""
+
+    def __init__(self, start):
+        super().__init__(daemon=True)
+        self.start_time = start
+        self.stop = threading.Event()
+        self.changes = []
+        self.urls = {}
+        for name in hosts():
+            out = subprocess.run(["podman", "port", name, "8000/tcp"], capture_output=True, text=True, check=False)
+            if out.returncode == 0 and out.stdout.strip():
+                self.urls[name] = "http://%s/health" % out.stdout.split()[0]
+
+    @staticmethod
+    def status(url):
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                return response.status
+        except urllib.error.HTTPError as error:
+            return error.code
+        except OSError:
+            return 0
+
+    def run(self):
+        last = {}
+        while True:
+            for name, url in self.urls.items():
+                status = self.status(url)
+                if last.get(name) != status:
+                    last[name] = status
+                    self.changes.append([round(time.monotonic() - self.start_time, 2), name, status])
+            if self.stop.is_set():
+                return
+            time.sleep(0.1)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("name")
+    parser.add_argument("--expect", choices=["ok", "fail"], required=True)
+    parser.add_argument("--poll", action="store_true")
+    argv = sys.argv[1:]
+    split = argv.index("--") if "--" in argv else len(argv)
+    opts = parser.parse_args(argv[:split])
+    args = argv[split + 1:]
+    inventory = os.path.dirname(os.environ["MOLECULE_INVENTORY_FILE"])
+    playbook_bin = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+    argv = [playbook_bin if os.access(playbook_bin, os.X_OK) else "ansible-playbook", "-i", inventory] + args
+
+    before = mirror_log()
+    start = time.monotonic()
+    poller = Poller(start) if opts.poll else None
+    if poller:
+        poller.start()
+        time.sleep(0.5)
+    print("run_playbook: %s" % " ".join(argv), flush=True)
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    proc = subprocess.run(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          check=False)
+    seconds = round(time.monotonic() - start, 2)
+    if poller:
+        time.sleep(0.5)
+        poller.stop.set()
+        poller.join()
+    after = mirror_log()
+    output = ANSI.sub("", proc.stdout)
+    print(output, flush=True)
+
+    recap = {}
+    for line in output.splitlines():
+        match = RECAP.match(line.strip())
+        if match:
+            keys = ("ok", "changed", "unreachable", "failed", "skipped", "rescued", "ignored")
+            recap[match.group(1)] = dict(zip(keys, map(int, match.groups()[1:])))
+    result = {
+        "name": opts.name,
+        "argv": argv,
+        "rc": proc.returncode,
+        "seconds": seconds,
+        "recap": recap,
+        "output_tail": output[-20000:],
+        "mirror_log": after[len(before):] if after[:len(before)] == before else after,
+        "polls": poller.changes if poller else None,
+        "urls": poller.urls if poller else None,
+    }
+    path = os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "run-%s.json" % opts.name)
+    # The full output, also where it outlives Molecule's ephemeral directory (CI artifacts).
+    logs = os.environ.get("FLEET_VLLM_MOLECULE_LOGS") or os.path.join(ROOT, ".cache", "molecule-logs")
+    os.makedirs(logs, exist_ok=True)
+    scenario = os.environ.get("MOLECULE_SCENARIO_NAME", "scenario")
+    for log_path in (path[:-len(".json")] + ".log", os.path.join(logs, "%s-%s.log" % (scenario, opts.name))):
+        with open(log_path, "w", encoding="utf-8") as handle:
+            handle.write(output)
+    for json_path in (path, os.path.join(logs, "%s-%s.json" % (scenario, opts.name))):
+        with open(json_path, "w", encoding="utf-8") as handle:
+            json.dump(result, handle, indent=1)
+    ok = (proc.returncode == 0) == (opts.expect == "ok")
+    print("run_playbook: %s rc=%d in %.1f s (expected %s): %s" % (opts.name, proc.returncode, seconds, opts.expect,
+                                                                  "as expected" if ok else "UNEXPECTED"), flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
