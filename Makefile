@@ -5,17 +5,22 @@ BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_INJECT_FACT_VARS := false
 
-.PHONY: setup demo test lint sanity unit integration vllm-venv clean
+.PHONY: setup demo demo-down test lint sanity unit integration molecule vllm-venv clean
 
 setup:
 	tools/bootstrap.sh
 
+# The local demo fleet: two test hosts deployed with deploy.yml -i inventories/demo, then a request.
 demo: setup
 	tools/demo.sh
 
-# Everything CI runs (.ci/run calls `make test`).
-test: setup vllm-venv lint sanity
-	FLEET_VLLM_REQUIRE_VLLM=1 $(BIN)/python -m pytest
+demo-down:
+	tools/demo-down.sh
+
+# Everything CI runs (.ci/run calls `make test`): lint, sanity, pytest and, side by side with
+# them, every Molecule scenario (tools/test.sh).
+test: setup vllm-venv
+	tools/test.sh
 
 # The real vLLM, before and after FP8 MLA support on SM120, for the tests that ask it.
 vllm-venv:
@@ -34,6 +39,10 @@ unit: setup
 
 integration: setup
 	$(BIN)/python -m pytest tests/integration
+
+# Every Molecule scenario, one after the other, timed (as root: rootful Podman test hosts).
+molecule: setup
+	tests/hosts/molecule.sh all
 
 clean:
 	rm -rf .cache .pytest_cache tests/output fleet-vllm-*.tar.gz

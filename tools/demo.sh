@@ -1,24 +1,111 @@
 #!/usr/bin/env bash
-# The local demo: run the collection's main job with ansible-playbook from this checkout and
-# show what it did. Today that is the KV-cache fix on a Kimi-K2.5-NVFP4-shaped model directory
-# (the checkpoint's config files, without the 540 GB of weights): the FP8 KV-cache declaration
-# is stripped so vLLM falls back to a bf16 KV cache, then a second run shows nothing changes.
+# The local demo: a two-host "GPU fleet" on this machine, deployed with the collection's own
+# playbook, then asked for a chat completion.
+#
+#   tools/demo.sh          # one command, on a fresh machine (as root); safe to rerun
+#   tools/demo-down.sh     # remove it all again
+#
+# What it does, each step reusing what is already there:
+#   1. tests/hosts/prepare-machine.sh: Podman (runc, ulimits) for the test hosts;
+#   2. tests/hosts/build-image.sh: the test-host image (Debian bookworm + systemd, built here);
+#   3. tests/hosts/wheelhouse.sh: the site wheelhouse: the engine simulator (a TEST FIXTURE
+#      standing in for vLLM on a machine without GPUs) as `vllm`, and huggingface_hub;
+#   4. tests/hosts/mirror.sh up: the site's hub mirror (olah) serving a small Kimi-K2.5-shaped
+#      nvidia/Kimi-K2.5-NVFP4, and the wheelhouse, on the podman network fleet-vllm-net;
+#   5. two test hosts, fleet-vllm-demo-1 and -2 (podman run, systemd as PID 1), on that network,
+#      port 8000 published on 127.0.0.1:8000 and 127.0.0.1:8001, the wheelhouse at /srv/wheelhouse;
+#   6. molecule/shared/prepare.yml: the fixture nvidia-smi (8x RTX PRO 6000) on each host;
+#   7. ansible-playbook deploy.yml -i inventories/demo   (what an operator runs on a real fleet);
+#   8. prints the endpoint and a real request and response.
 set -euo pipefail
+
 root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
-demo=$root/.cache/demo/nvidia--Kimi-K2.5-NVFP4
-rm -rf "$demo"
-mkdir -p "$(dirname "$demo")"
-cp -r tests/fixtures/models/kimi-k2.5-nvfp4 "$demo"
-export PATH=$root/.venv/bin:$PATH ANSIBLE_LOCALHOST_WARNING=false ANSIBLE_INVENTORY_UNPARSED_WARNING=false
-run() {
-  ansible-playbook tests/integration/playbooks/kv_cache_config.yml \
-    -e "model_path=$demo" -e "kv_state=$1" "${@:2}"
-}
-echo "== 1. strip the FP8 KV-cache declaration (with --diff)"
-run absent --diff
-echo "== 2. run again: nothing to do"
-run absent
-echo "== demo model directory: $demo"
-echo "   record of what was removed: $demo/.fleet-vllm-kv-cache.json"
-echo "   undo with: .venv/bin/ansible-playbook tests/integration/playbooks/kv_cache_config.yml -e model_path=$demo -e kv_state=present"
+cd "${root}"
+hosts_dir=${root}/tests/hosts
+network=fleet-vllm-net
+demo_hosts=(fleet-vllm-demo-1 fleet-vllm-demo-2)
+first_port=8000
+
+say() { printf '\n== %s\n' "$*"; }
+
+if [[ ${EUID} -ne 0 ]]; then
+    echo "demo: run as root (rootful Podman for the test hosts)" >&2
+    exit 1
+fi
+[[ -x ${root}/.venv/bin/ansible-playbook ]] || tools/bootstrap.sh
+export PATH=${root}/.venv/bin:${PATH}
+export ANSIBLE_INJECT_FACT_VARS=false
+
+say "1-4. machine, test-host image, wheelhouse, hub mirror"
+"${hosts_dir}/prepare-machine.sh"
+image=$("${hosts_dir}/build-image.sh")
+wheelhouse=$("${hosts_dir}/wheelhouse.sh")
+FLEET_VLLM_MIRROR_WHEELHOUSE=${wheelhouse} "${hosts_dir}/mirror.sh" up >/dev/null
+FLEET_VLLM_MIRROR_URL=$("${hosts_dir}/mirror.sh" url)
+export FLEET_VLLM_MIRROR_URL
+echo "image ${image}; wheelhouse ${wheelhouse}; mirror ${FLEET_VLLM_MIRROR_URL} (http://fleet-vllm-mirror:8090 on ${network})"
+
+say "5. test hosts ${demo_hosts[*]}"
+podman network exists "${network}" || podman network create "${network}" >/dev/null
+port=${first_port}
+for name in "${demo_hosts[@]}"; do
+    have=$(podman container inspect --format '{{.ImageName}} {{.State.Running}}' "${name}" 2>/dev/null || true)
+    if [[ ${have} == "${image} true" ]]; then
+        echo "${name}: running (127.0.0.1:${port})"
+    else
+        [[ -n ${have} ]] && podman rm --force --time 0 "${name}" >/dev/null
+        podman run --detach --name "${name}" --hostname "${name}" --network "${network}" \
+            --systemd=always --publish "127.0.0.1:${port}:8000" \
+            --volume "${wheelhouse}:/srv/wheelhouse:ro" \
+            --label org.fleet-vllm.demo=1 "${image}" >/dev/null
+        echo "${name}: started (127.0.0.1:${port})"
+    fi
+    port=$((port + 1))
+done
+for name in "${demo_hosts[@]}"; do
+    state=
+    for _ in $(seq 1 120); do
+        state=$(podman exec "${name}" systemctl is-system-running 2>/dev/null || true)
+        [[ ${state} == running || ${state} == degraded ]] && break
+        sleep 0.25
+    done
+    if [[ ${state} != running ]]; then
+        echo "demo: ${name} did not boot (systemctl is-system-running: ${state})" >&2
+        exit 1
+    fi
+done
+
+say "6. test fixtures on the hosts (fixture nvidia-smi: 8x RTX PRO 6000 Blackwell)"
+ansible-playbook molecule/shared/prepare.yml -i inventories/demo | tail -n 4
+
+say "7. ansible-playbook deploy.yml -i inventories/demo"
+deploy_start=${SECONDS}
+ansible-playbook deploy.yml -i inventories/demo
+deploy_seconds=$((SECONDS - deploy_start))
+
+say "8. the endpoint"
+api_key=$(python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1])).get("vllm_server_api_key") or "")' \
+    inventories/demo/group_vars/vllm_servers.yml)
+model=$(python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["vllm_server_served_model_name"])' \
+    inventories/demo/group_vars/vllm_servers.yml)
+url=http://127.0.0.1:${first_port}
+auth=()
+shown=
+if [[ -n ${api_key} ]]; then
+    auth=(-H "Authorization: Bearer ${api_key}")
+    shown=" -H 'Authorization: Bearer ${api_key}'"
+fi
+body="{\"model\": \"${model}\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello from the demo fleet\"}], \"max_tokens\": 16}"
+echo "endpoints: ${url} (fleet-vllm-demo-1), http://127.0.0.1:$((first_port + 1)) (fleet-vllm-demo-2)"
+echo "\$ curl -s ${url}/health -w '%{http_code}'"
+curl --silent --show-error --fail --output /dev/null --write-out '%{http_code}\n' "${url}/health"
+echo "\$ curl -s ${url}/v1/models${shown}   # model ids"
+curl --silent --show-error --fail "${auth[@]}" "${url}/v1/models" |
+    python3 -c 'import json, sys; print(", ".join(m["id"] for m in json.load(sys.stdin)["data"]))'
+echo "\$ curl -s ${url}/v1/chat/completions${shown} -H 'Content-Type: application/json' -d '${body}'"
+curl --silent --show-error --fail "${auth[@]}" -H 'Content-Type: application/json' -d "${body}" \
+    "${url}/v1/chat/completions" | python3 -m json.tool
+echo
+echo "demo: deployed in ${deploy_seconds} s, ${SECONDS} s in all. The engine behind the endpoint is the test"
+echo "fixture tests/simulator (no GPU here); everything else is what a fleet runs. Rerun: tools/demo.sh"
+echo "(changes nothing); remove: tools/demo-down.sh"

