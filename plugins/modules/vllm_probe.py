@@ -626,14 +626,11 @@ class VllmProbe(object):
             if not os.path.isdir(cache_dir):
                 os.makedirs(cache_dir, 0o700)
             fd, tmp = tempfile.mkstemp(prefix=".%s." % key[:12], dir=cache_dir)
-            try:
-                with os.fdopen(fd, "w") as handle:
-                    json.dump(dict(created=_now(), answer=answer), handle)
-                os.rename(tmp, self.cache_path(key))
-            except BaseException:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-                raise
+            self.module.add_cleanup_file(tmp)  # gone when the module exits, unless renamed into place
+            with os.fdopen(fd, "w") as handle:
+                json.dump(dict(created=_now(), answer=answer), handle)
+            # rename, not atomic_move: the file keeps mkstemp's 0600
+            os.rename(tmp, self.cache_path(key))
         except (IOError, OSError) as exc:
             # A cache that cannot be written costs the next run one vLLM import, nothing more.
             self.module.warn("vllm_probe: cannot keep the answer in %s: %s" % (cache_dir, to_native(exc)))
