@@ -387,6 +387,13 @@ def assert_serving(host, data, version):
     assert reply["choices"][0]["message"]["content"]
 
 
+def assert_restarted_and_serving(host, version):
+    """The service started anew since the record (another InvocationID) and serves ``version``."""
+    data = facts(host)
+    assert restarted_since_record(host, data)
+    assert_serving(host, data, version)
+
+
 def assert_pristine_untouched(data):
     """One snapshot, with its manifest, whose JSON files are byte for byte the mirror's (FP8 KV
     cache declared, as the hub serves the checkpoint)."""

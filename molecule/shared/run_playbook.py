@@ -26,7 +26,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -42,11 +41,11 @@ def mirror_log():
     return out.stdout.splitlines() if out.returncode == 0 else []
 
 
-def hosts():
+def fleet():
     sys.path.insert(0, HERE)
     import fleet_hosts
 
-    return fleet_hosts.instances()
+    return fleet_hosts
 
 
 class Poller(threading.Thread):
@@ -57,20 +56,14 @@ class Poller(threading.Thread):
         self.start_time = start
         self.stop = threading.Event()
         self.changes = []
-        self.urls = {}
-        for name in hosts():
-            out = subprocess.run(["podman", "port", name, "8000/tcp"], capture_output=True, text=True, check=False)
-            if out.returncode == 0 and out.stdout.strip():
-                self.urls[name] = "http://%s/health" % out.stdout.split()[0]
+        hosts = fleet()
+        self.urls = {name: "http://%s/health" % hosts.published(name) for name in hosts.instances()}
 
     @staticmethod
     def status(url):
         try:
-            with urllib.request.urlopen(url, timeout=1) as response:
-                return response.status
-        except urllib.error.HTTPError as error:
-            return error.code
-        except OSError:
+            return fleet().http(url, timeout=1)[0]
+        except OSError:  # refused, reset or timed out: down
             return 0
 
     def run(self):

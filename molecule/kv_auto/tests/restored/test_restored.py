@@ -17,6 +17,4 @@ def test_pristine_untouched(host):
 
 
 def test_restarted_and_serving_0_33(host):
-    data = fleet.facts(host)
-    assert fleet.restarted_since_record(host, data)
-    fleet.assert_serving(host, data, fleet.NEW_VERSION)
+    fleet.assert_restarted_and_serving(host, fleet.NEW_VERSION)

@@ -17,6 +17,4 @@ def test_previous_venv_kept_for_a_rollback(host):
 
 
 def test_restarted_and_serving_the_old_nightly(host):
-    data = fleet.facts(host)
-    assert fleet.restarted_since_record(host, data)
-    fleet.assert_serving(host, data, fleet.OLD_VERSION)
+    fleet.assert_restarted_and_serving(host, fleet.OLD_VERSION)

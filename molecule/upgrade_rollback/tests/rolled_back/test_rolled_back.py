@@ -24,6 +24,4 @@ def test_fp8_kv_cache_stripped_again(host):
 
 
 def test_restarted_and_serving_the_previous_version(host):
-    data = fleet.facts(host)
-    assert fleet.restarted_since_record(host, data)
-    fleet.assert_serving(host, data, fleet.OLD_VERSION)
+    fleet.assert_restarted_and_serving(host, fleet.OLD_VERSION)

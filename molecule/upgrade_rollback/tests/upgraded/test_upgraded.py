@@ -24,6 +24,4 @@ def test_fp8_kv_cache_restored(host):
 
 
 def test_restarted_and_serving(host):
-    data = fleet.facts(host)
-    assert fleet.restarted_since_record(host, data)
-    fleet.assert_serving(host, data, fleet.NEW_VERSION)
+    fleet.assert_restarted_and_serving(host, fleet.NEW_VERSION)
