@@ -46,7 +46,6 @@ export FLEET_VLLM_MIRROR_URL
 echo "image ${image}; wheelhouse ${wheelhouse}; mirror ${FLEET_VLLM_MIRROR_URL} (http://fleet-vllm-mirror:8090 on ${network})"
 
 say "5. test hosts ${demo_hosts[*]}"
-podman network exists "${network}" || podman network create "${network}" >/dev/null
 port=${first_port}
 for name in "${demo_hosts[@]}"; do
     have=$(podman container inspect --format '{{.ImageName}} {{.State.Running}}' "${name}" 2>/dev/null || true)

@@ -34,15 +34,11 @@ start=${SECONDS}
 FLEET_VLLM_TESTHOST_IMAGE=$("${here}/build-image.sh")
 FLEET_VLLM_WHEELHOUSE=$("${here}/wheelhouse.sh")
 export FLEET_VLLM_TESTHOST_IMAGE FLEET_VLLM_WHEELHOUSE
-podman network exists fleet-vllm-net || podman network create fleet-vllm-net >/dev/null
-if [[ -x ${here}/mirror.sh ]]; then
-    FLEET_VLLM_MIRROR_WHEELHOUSE=${FLEET_VLLM_WHEELHOUSE} "${here}/mirror.sh" up >&2
-    FLEET_VLLM_MIRROR_URL=$("${here}/mirror.sh" url)
-    export FLEET_VLLM_MIRROR_URL
-else
-    log "tests/hosts/mirror.sh is missing: no hub mirror"
-fi
-log "setup in $((SECONDS - start)) s (image ${FLEET_VLLM_TESTHOST_IMAGE}, wheelhouse ${FLEET_VLLM_WHEELHOUSE}, mirror ${FLEET_VLLM_MIRROR_URL:-none})"
+# mirror.sh up also creates the network fleet-vllm-net the scenarios' hosts join.
+FLEET_VLLM_MIRROR_WHEELHOUSE=${FLEET_VLLM_WHEELHOUSE} "${here}/mirror.sh" up >&2
+FLEET_VLLM_MIRROR_URL=$("${here}/mirror.sh" url)
+export FLEET_VLLM_MIRROR_URL
+log "setup in $((SECONDS - start)) s (image ${FLEET_VLLM_TESTHOST_IMAGE}, wheelhouse ${FLEET_VLLM_WHEELHOUSE}, mirror ${FLEET_VLLM_MIRROR_URL})"
 
 cd "${root}"
 if [[ ${1:-} != all ]]; then
