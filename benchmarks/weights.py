@@ -93,7 +93,7 @@ def fleet_bytes(base, sizes=(1, 2, 4)):
                 daemons.append(subprocess.Popen(["rsync", "--daemon", "--no-detach", "--address=127.0.0.1",
                                                  "--port=%d" % port, "--config=%s" % conf]))
                 hosts[name] = dict(ansible_connection="local", ansible_python_interpreter=sys.executable,
-                                   vllm_weights_root=str(root), vllm_weights_peer_port=port,
+                                   fleet_vllm_models_root=str(root), vllm_weights_peer_port=port,
                                    vllm_weights_peer_address="127.0.0.1", vllm_weights_peer_serve=False,
                                    vllm_weights_state_dir=str(root / "state"),
                                    vllm_weights_hub_venv=str(hub_venv),

@@ -478,6 +478,14 @@ class Preflight(object):
             self.problems.append(
                 "%s needed for %s x %s%s, this host has %d: lower them or use another host"
                 % (plural(needed, "GPU"), self.setting("tensor_parallel_size"), self.setting("pipeline_parallel_size"), over, count))
+        elif count % needed:
+            # vLLM runs count // needed replicas at most; the server role refuses a size that leaves GPUs idle,
+            # and finding that out after a 540 GB download is what preflight exists to avoid.
+            self.problems.append(
+                "%s x %s need %s per replica, which does not divide the %d GPUs of this host: set them so that their "
+                "product divides %d (for one replica on all of them, %d)"
+                % (self.setting("tensor_parallel_size"), self.setting("pipeline_parallel_size"), plural(needed, "GPU"),
+                   count, count, count))
 
         minimum = p["min_compute_capability"]
         low = [cap for cap in self.measured["gpus"]["compute_capabilities"]

@@ -75,7 +75,7 @@ def fleet(tmp_path_factory, hub_wheels):
                                          "--config=%s" % conf]))
         hostvars[host] = dict(
             ansible_connection="local", ansible_python_interpreter=sys.executable,
-            vllm_weights_root=str(root), vllm_weights_peer_port=port, vllm_weights_peer_address="127.0.0.1",
+            fleet_vllm_models_root=str(root), vllm_weights_peer_port=port, vllm_weights_peer_address="127.0.0.1",
             vllm_weights_peer_serve=False, vllm_weights_state_dir=str(root / "state"),
             vllm_weights_hub_venv=str(hub_venv),
             vllm_weights_hub_python=sys.executable,
@@ -175,7 +175,7 @@ def test_peer_fleet_fetches_once_and_onboards_from_a_peer(fleet):
 def test_check_mode_plans_without_writing(fleet, tmp_path):
     hub = fleet["hub"]
     hub.clear_log()
-    run = play(fleet, "--check", "--limit", "node1", vllm_weights_root=str(tmp_path / "elsewhere"))
+    run = play(fleet, "--check", "--limit", "node1", fleet_vllm_models_root=str(tmp_path / "elsewhere"))
     assert run.rc == 0, run.stdout[-4000:]
     assert not (tmp_path / "elsewhere").exists()
     assert shard_gets(hub) == []

@@ -9,6 +9,8 @@ import yaml
 from conftest import ROOT
 
 ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "tasks").is_dir())
+# The role that holds the settings several roles share names them after the collection.
+PREFIX = {"vllm_defaults": "fleet_vllm_"}
 
 
 def test_there_are_roles():
