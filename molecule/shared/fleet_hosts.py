@@ -40,7 +40,10 @@ REPO = "nvidia/Kimi-K2.5-NVFP4"
 REPO_DIR = "nvidia--Kimi-K2.5-NVFP4"
 MODELS_ROOT = "/srv/vllm/models"
 PRISTINE_PARENT = f"{MODELS_ROOT}/pristine/{REPO_DIR}"
+# The served directories: variants/<commit12>-<venv key> (one per commit and vLLM venv), and the
+# links current (what runs) and previous.
 SERVED = f"{MODELS_ROOT}/served/{REPO_DIR}"
+SERVED_CURRENT = f"{SERVED}/current"
 SNAPSHOT_MANIFEST = ".fleet-vllm-snapshot.json"
 MIRROR = "http://fleet-vllm-mirror:8090"
 OLD_VERSION = "0.16.0rc2.dev313+g6f5e2a9c1"  # before FP8 MLA support on SM120: strip
@@ -226,7 +229,7 @@ def facts(host, refresh=False):
         base = f"http://127.0.0.1:{PORT}"
         chat_body = json.dumps({"model": served_name(), "max_tokens": 5,
                                 "messages": [{"role": "user", "content": "Say hello"}]})
-        read = [UNIT_FILE, NCCL_ENV, SECRETS_ENV] + [f"{SERVED}/{n}" for n in KV_FILES]
+        read = [UNIT_FILE, NCCL_ENV, SECRETS_ENV] + [f"{SERVED_CURRENT}/{n}" for n in KV_FILES]
         for snap in _pristine_dirs_guess(host):
             read += [f"{snap}/{n}" for n in KV_FILES + (SNAPSHOT_MANIFEST,)]
         args = {
@@ -271,8 +274,16 @@ def json_of(data, path):
     return json.loads(text)
 
 
-def kv_state(data, directory=SERVED):
+def served(data):
+    """The served directory that runs: where served/.../current points (a variant)."""
+    target = data["realpath"].get(SERVED_CURRENT)
+    assert target and target.startswith(SERVED + "/variants/"), f"{SERVED_CURRENT} -> {target}"
+    return target
+
+
+def kv_state(data, directory=None):
     """What a model directory declares about the KV cache: (kv_cache_scheme, kv_cache_quant_algo)."""
+    directory = directory or SERVED_CURRENT  # read through the link: what runs
     config = json_of(data, f"{directory}/config.json")
     scheme = (config.get("quantization_config") or {}).get("kv_cache_scheme")
     quant = json_of(data, f"{directory}/hf_quant_config.json")
@@ -409,13 +420,14 @@ def assert_pristine_untouched(data):
 
 def assert_shards_link_to_pristine(data):
     snap = pristine(data)
-    shards = sorted(p for p in data["files"] if p.startswith(SERVED + "/") and p.endswith(".safetensors"))
+    directory = served(data)
+    shards = sorted(p for p in data["files"] if p.startswith(directory + "/") and p.endswith(".safetensors"))
     assert shards, "no shards in the served directory"
     for path in shards:
         assert "link" in data["files"][path], f"{path} is not a link"
         assert data["realpath"][path] == f"{snap}/{os.path.basename(path)}", path
     for name in KV_FILES:
-        entry = data["files"][f"{SERVED}/{name}"]
+        entry = data["files"][f"{directory}/{name}"]
         assert entry and "sha256" in entry, f"served {name} must be a real file (a patchable copy)"
 
 
@@ -425,7 +437,7 @@ def assert_kv_kept(data):
     assert scheme is not None and algo == "FP8", (scheme, algo)
     snap = pristine(data)
     for name in KV_FILES:
-        assert data["content"][f"{SERVED}/{name}"] == data["content"][f"{snap}/{name}"], f"served {name} != pristine"
+        assert data["content"][f"{SERVED_CURRENT}/{name}"] == data["content"][f"{snap}/{name}"], f"served {name} != pristine"
 
 
 def assert_kv_stripped(data):
@@ -434,7 +446,7 @@ def assert_kv_stripped(data):
     scheme, algo = kv_state(data, pristine(data))
     assert scheme is not None and algo == "FP8", "the pristine snapshot was edited"
     # The rest of the checkpoint's quantization is untouched.
-    assert json_of(data, f"{SERVED}/config.json")["quantization_config"]["quant_algo"] == "NVFP4"
+    assert json_of(data, f"{SERVED_CURRENT}/config.json")["quantization_config"]["quant_algo"] == "NVFP4"
 
 
 def down_windows(run, name):

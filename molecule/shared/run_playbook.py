@@ -1,7 +1,7 @@
 """Run one ansible-playbook command the way an operator would, from a Molecule side_effect, and
 record what happened for the scenario's verify step (test helper, not part of the collection).
 
-    python run_playbook.py NAME --expect ok|fail [--poll] -- playbooks/deploy.yml [ansible-playbook args]
+    python run_playbook.py NAME --expect ok|fail [--poll] [--interrupt-on-restart HOST] -- playbooks/deploy.yml [args]
 
 Runs ``ansible-playbook -i <Molecule's inventory> ARGS`` from the repository root (with the
 environment Molecule gives its playbooks: ANSIBLE_CONFIG, the collections path), prints its
@@ -10,7 +10,10 @@ output, and writes $MOLECULE_EPHEMERAL_DIRECTORY/run-NAME.json with:
   rc, seconds, argv, the output's tail, the PLAY RECAP per host (ok/changed/failed...),
   mirror_log: the hub mirror's request-log lines written during the run (tests/hosts/mirror.sh log),
   polls (with --poll): every change of each host's GET /health answer (on the port published on
-      127.0.0.1), polled every 0.1 s from before the run to its end: [seconds, host, status].
+      127.0.0.1), polled every 0.1 s from before the run to its end: [seconds, host, status];
+  interrupt (with --interrupt-on-restart HOST): an operator's Ctrl-C (SIGINT to ansible-playbook)
+      as soon as HOST's vllm.service has a new InvocationID (it was restarted) and before its
+      /health answers: the InvocationIDs before and after, and whether /health was still down.
 
 Exits 0 when the run ended as expected (--expect fail: ansible-playbook failed), 1 otherwise, so
 that Molecule stops at a surprise.
@@ -22,6 +25,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -79,11 +83,42 @@ class Poller(threading.Thread):
             time.sleep(0.1)
 
 
+def invocation(name):
+    out = subprocess.run(["podman", "exec", name, "systemctl", "show", "vllm.service", "--property=InvocationID",
+                          "--value"], capture_output=True, text=True, check=False)
+    return out.stdout.strip()
+
+
+class Interrupter(threading.Thread):
+    """Sends SIGINT to the run as soon as HOST's vllm.service was restarted (a new InvocationID)."""
+
+    def __init__(self, name):
+        super().__init__(daemon=True)
+        self.name_ = name
+        self.before = invocation(name)
+        self.proc = None
+        self.done = threading.Event()
+        self.record = {"host": name, "invocation_before": self.before, "invocation_after": None, "health_down": None}
+
+    def run(self):
+        deadline = time.monotonic() + 900
+        while not self.done.is_set() and time.monotonic() < deadline:
+            now = invocation(self.name_)
+            if now and now != self.before and self.proc is not None:
+                self.proc.send_signal(signal.SIGINT)
+                self.record["invocation_after"] = now
+                self.record["health_down"] = Poller.status("http://%s/health" % fleet().published(self.name_)) != 200
+                self.record["seconds"] = round(time.monotonic(), 2)
+                return
+            time.sleep(0.2)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("name")
     parser.add_argument("--expect", choices=["ok", "fail"], required=True)
     parser.add_argument("--poll", action="store_true")
+    parser.add_argument("--interrupt-on-restart", metavar="HOST")
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)
     opts = parser.parse_args(argv[:split])
@@ -100,8 +135,16 @@ def main():
         time.sleep(0.5)
     print("run_playbook: %s" % " ".join(argv), flush=True)
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
-    proc = subprocess.run(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          check=False)
+    interrupter = Interrupter(opts.interrupt_on_restart) if opts.interrupt_on_restart else None
+    with subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        if interrupter:
+            interrupter.proc = proc
+            interrupter.start()
+        stdout, dummy = proc.communicate()
+    proc.stdout = stdout
+    if interrupter:
+        interrupter.done.set()
+        interrupter.join()
     seconds = round(time.monotonic() - start, 2)
     if poller:
         time.sleep(0.5)
@@ -127,6 +170,7 @@ def main():
         "mirror_log": after[len(before):] if after[:len(before)] == before else after,
         "polls": poller.changes if poller else None,
         "urls": poller.urls if poller else None,
+        "interrupt": interrupter.record if interrupter else None,
     }
     path = os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "run-%s.json" % opts.name)
     # The full output, also where it outlives Molecule's ephemeral directory (CI artifacts).

@@ -223,7 +223,9 @@ class Waiter(object):
                    "messages": [{"role": "user", "content": "Say OK."}]}
         status, body = self.request("/v1/chat/completions", data=json.dumps(payload))
         if status != 200:
-            self.fail("a one-token chat completion answers %s: %s" % (status, to_text(body)[:500]))
+            # /health said 200: the engine behind it may be dead or hung; its journal says why.
+            self.died("a one-token chat completion answers %s although /health answers 200: %s" % (
+                status if status else "nothing", to_text(body)[:500]))
         try:
             choice = json.loads(body)["choices"][0]
             message = choice.get("message") or {}

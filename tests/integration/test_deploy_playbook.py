@@ -31,25 +31,42 @@ def test_playbooks_resolve_and_parse(playbook):
     assert proc.returncode == 0, proc.stderr
 
 
-def test_deploy_runs_the_pipeline_in_order_one_host_at_a_time():
+def test_deploy_stages_everything_at_once_then_rolls_in_batches():
     proc = run("ansible-playbook", "deploy.yml", "-i", "inventories/example", "--list-tasks", "--list-hosts")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
+    stage, roll = out.split("play #2")
     phases = ["fleet.vllm.vllm_preflight :", "fleet.vllm.vllm_weights : Plan where",
-              "fleet.vllm.vllm_runtime :", "fleet.vllm.vllm_weights : Link the served", "fleet.vllm.vllm_kv_cache :",
-              "fleet.vllm.vllm_nccl :", "fleet.vllm.vllm_server :"]
-    positions = [out.index(phase) for phase in phases]
-    assert positions == sorted(positions), "pipeline phases out of order"
-    # Preflight and the weights for all hosts at once (nothing that serves is touched), then the rest one host at a time.
-    first, second = out.split("play #2")
-    assert "vllm_preflight" in first and "Plan where" in first and "vllm_runtime" not in first
-    assert "Link the served" in second and "vllm_server :" in second
+              "fleet.vllm.vllm_runtime : Install the pinned vLLM", "fleet.vllm.vllm_weights : Link the served",
+              "fleet.vllm.vllm_kv_cache :", "fleet.vllm.vllm_nccl : Write the NCCL", "fleet.vllm.vllm_server : Stage the systemd unit",
+              "fleet.vllm.vllm_server : Compare the staged state"]
+    positions = [stage.index(phase) for phase in phases]
+    assert positions == sorted(positions), "staging phases out of order"
+    # Staging switches nothing and restarts nothing; the rolling play does, on the hosts that differ.
+    for word in ("Point the current link", "Copy the staged", "Start or restart"):
+        assert word not in stage and word in roll, word
+    assert "hosts (0)" in roll or "fleet_vllm_rolling" in roll
     for host in ("gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04"):
-        assert host in out
+        assert host in stage
     for tag in ("preflight", "weights", "runtime", "kv_cache", "nccl", "server"):
-        assert "TAGS: [%s]" % tag in out or "%s]" % tag in out
-    play = (ROOT / "playbooks" / "deploy.yml").read_text()
-    assert play.count("serial:") == 1 and "serial: \"{{ fleet_vllm_serial | default(1) }}\"" in play
+        assert "%s]" % tag in out or "%s," % tag in out, tag
+    deploy = (ROOT / "playbooks" / "deploy.yml").read_text()
+    assert "serial" not in deploy.replace("fleet_vllm_serial", ""), "staging runs on every host at once"
+    roll_play = (ROOT / "playbooks" / "roll.yml").read_text()
+    assert roll_play.count("serial:") == 1 and "vllm_server_rolling_batch" in roll_play
+    assert "max_fail_percentage: 0" in roll_play
+
+
+def test_playbooks_hold_no_copies_of_role_defaults():
+    """Settings reach roles through their defaults (fleet.vllm.fleet_vllm for the shared ones):
+    a playbook that passes `default(<literal>)` would keep a second copy that drifts."""
+    for path in sorted((ROOT / "playbooks").glob("*.yml")):
+        text = path.read_text()
+        allowed = ("fleet_vllm_hosts | default('vllm_servers')", "fleet_vllm_max_fail_percentage | default(0)",
+                   "| first | default(1)")
+        for line in text.splitlines():
+            if "default(" in line and not line.lstrip().startswith("#"):
+                assert any(a in line for a in allowed), "%s: %s" % (path.name, line.strip())
 
 
 def test_example_inventory_reproduces_the_seed_command_line():
@@ -59,8 +76,9 @@ def test_example_inventory_reproduces_the_seed_command_line():
     argv = played.tasks("gpu-node-01")["Show the argv"]["msg"]
     joined = " ".join(argv)
     assert "--tensor-parallel-size 8 --tool-call-parser kimi_k2 --reasoning-parser kimi_k2 --enable-auto-tool-choice --trust-remote-code" in joined
-    assert argv[:5] == ["/opt/vllm/current/bin/python", "-m", "vllm.entrypoints.openai.api_server",
-                        "--model", "/srv/vllm/models/served/nvidia--Kimi-K2.5-NVFP4"]
+    # The staged venv and the served directory of (commit, venv), beside what runs: not the links.
+    assert argv[:5] == ["/opt/vllm/venvs/pypi-0.33.0/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model",
+                        "/srv/vllm/models/served/nvidia--Kimi-K2.5-NVFP4/variants/0123456789ab-pypi-0.33.0"]
     assert argv[argv.index("--served-model-name") + 1] == "kimi-k2.5"
     assert "--disable-log-requests" not in argv and "--api-key" not in argv
     assert "--kv-cache-dtype" not in argv, "auto must follow the checkpoint, not be forced"
@@ -70,6 +88,6 @@ def test_example_inventory_nccl_per_host():
     proc = run("ansible-inventory", "-i", "inventories/example", "--list")
     assert proc.returncode == 0, proc.stderr
     hostvars = json.loads(proc.stdout)["_meta"]["hostvars"]
-    assert hostvars["gpu-node-01"]["vllm_nccl_env"] == {}
-    assert hostvars["gpu-node-04"]["vllm_nccl_env"] == {"NCCL_P2P_DISABLE": "1"}
+    assert hostvars["gpu-node-01"]["fleet_vllm_nccl_env"] == {}
+    assert hostvars["gpu-node-04"]["fleet_vllm_nccl_env"] == {"NCCL_P2P_DISABLE": "1"}
     assert hostvars["gpu-node-01"]["vllm_kv_cache_policy"] == "auto"

@@ -37,8 +37,11 @@ def test_unit_file(host):
     assert f"EnvironmentFile={fleet.NCCL_ENV}" in lines
     assert f"EnvironmentFile={fleet.SECRETS_ENV}" in lines
     argv = next(line for line in lines if line.startswith("ExecStart=")).split()
-    assert argv[:3] == ["ExecStart=/opt/vllm/current/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
-    for flag, value in [("--model", fleet.SERVED), ("--tensor-parallel-size", "8"),
+    # The venv and the served directory the unit names are the ones the links point at now (the
+    # unit never goes through the links: a crash-restart during the next staging keeps its own).
+    venv = data["realpath"]["/opt/vllm/current"]
+    assert argv[:3] == ["ExecStart=%s/bin/python" % venv, "-m", "vllm.entrypoints.openai.api_server"]
+    for flag, value in [("--model", fleet.served(data)), ("--tensor-parallel-size", "8"),
                         ("--served-model-name", fleet.served_name()), ("--port", "8000"),
                         ("--tool-call-parser", "kimi_k2"), ("--reasoning-parser", "kimi_k2")]:
         assert argv[argv.index(flag) + 1] == value, flag

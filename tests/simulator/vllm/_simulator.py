@@ -57,6 +57,15 @@ from vllm import _fleet_kv_rules as kv_rules
 from vllm import _fleet_support_rules as support_rules
 
 LOAD_SECONDS_ENV = "FLEET_VLLM_SIM_LOAD_SECONDS"
+# Faults of the real engine that tests need to see (a systemd drop-in sets it on one host):
+#   dead: /health keeps answering 200 while every completion answers 500, as the real vLLM does
+#         once its EngineCore died (measured on the CPU build with an FP8 KV cache on an MLA
+#         model: the first completion kills the engine, /health stays 200; docs/facts.md);
+#   hung: /health 200, completions never answer (vLLM issue #39863: a hung engine behind a
+#         healthy /health);
+#   exit: the engine dies while loading the weights (exit 1), as on a CUDA out-of-memory error.
+FAULT_ENV = "FLEET_VLLM_SIM_FAULT"
+FAULTS = ("", "dead", "hung", "exit")
 REPLY = "This is a simulated reply from the fleet.vllm test engine, not from a model."
 PID = os.getpid()
 
@@ -296,6 +305,7 @@ class State(object):
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.finished = {"stop": 0, "length": 0}
+        self.fault = os.environ.get(FAULT_ENV, "")
 
 
 def _words(value):
@@ -413,6 +423,16 @@ class Handler(BaseHTTPRequestHandler):
             return self._error(400, "BadRequestError", "JSON decode error: %s" % exc)
         if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
             return self._error(400, "BadRequestError", "messages: Field required", "messages")
+        if self.state.fault == "dead":
+            log("ERROR", "core.py:907", "EngineCore encountered a fatal error. (fault %s=dead of the test simulator)"
+                % FAULT_ENV, proc="EngineCore_DP0", pid=PID + 1)
+            return self._error(500, "InternalServerError",
+                               "EngineCore encountered an issue. See stack trace (above) for the root cause.")
+        if self.state.fault == "hung":
+            log("WARNING", "core.py:213", "EngineCore is not answering (fault %s=hung of the test simulator)" % FAULT_ENV,
+                proc="EngineCore_DP0", pid=PID + 1)
+            time.sleep(3600)
+            return None
         model = request.get("model") or self.state.served_names[0]
         if model not in self.state.served_names:
             return self._error(404, "NotFoundError", "The model `%s` does not exist." % model, "model")
@@ -572,6 +592,10 @@ def run(args):
     delay = float(os.environ.get(LOAD_SECONDS_ENV) or 2)
     log("INFO", "gpu_model_runner.py:3561", "Starting to load model %s..." % model, proc="Worker_TP0", pid=PID + 2)
     time.sleep(max(delay, 0))
+    if os.environ.get(FAULT_ENV) == "exit":
+        log("ERROR", "core.py:708", "EngineCore failed to start: CUDA out of memory while loading the weights (fault %s=exit "
+            "of the test simulator)" % FAULT_ENV, proc="EngineCore_DP0", pid=PID + 1)
+        return 1
     log("INFO", "default_loader.py:291", "Loading weights took %.2f seconds" % delay, proc="Worker_TP0", pid=PID + 2)
     api_keys = [key for key in _listify(getattr(args, "api_key", None)) if key]
     if os.environ.get("VLLM_API_KEY") and not api_keys:

@@ -42,7 +42,7 @@ def test_served_files_whole_and_unchanged(host):
     changes = [line for line in fleet.diff(before, data) if not line.startswith(broken + ":")]
     assert changes == []
     for name in fleet.KV_FILES:
-        json.loads(data["content"][f"{fleet.SERVED}/{name}"])
+        json.loads(data["content"][f"{fleet.SERVED_CURRENT}/{name}"])
 
 
 def test_still_serving(host):
