@@ -38,7 +38,7 @@ def test_deploy_stages_everything_at_once_then_rolls_in_batches():
     stage, roll = out.split("play #2")
     phases = ["fleet.vllm.vllm_preflight :", "fleet.vllm.vllm_weights : Plan where",
               "fleet.vllm.vllm_runtime : Install the pinned vLLM", "fleet.vllm.vllm_weights : Link the served",
-              "fleet.vllm.vllm_kv_cache :", "fleet.vllm.vllm_nccl : Write the NCCL", "fleet.vllm.vllm_server : Stage the systemd unit",
+              "fleet.vllm.vllm_kv_cache :", "fleet.vllm.vllm_nccl : Write the NCCL", "fleet.vllm.vllm_server : Write the directories, the cleanup",
               "fleet.vllm.vllm_server : Compare the staged state"]
     positions = [stage.index(phase) for phase in phases]
     assert positions == sorted(positions), "staging phases out of order"

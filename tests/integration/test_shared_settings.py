@@ -108,7 +108,7 @@ def test_a_tensor_parallel_size_that_does_not_divide_the_gpus_fails_in_preflight
     assert result["failed"] and any(
         "vllm_preflight_tensor_parallel_size=3 x vllm_preflight_pipeline_parallel_size=1 need 3 GPUs per replica, which "
         "does not divide the 8 GPUs of this host" in problem for problem in result["problems"]), result["problems"]
-    assert "Write the NCCL environment file" not in run.tasks("gpu-a")
+    assert "Write the NCCL environment file and its directory" not in run.tasks("gpu-a")
     assert not (tmp_path / "etc").exists()
 
 

@@ -1,0 +1,299 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, fleet.vllm developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: managed_files
+short_description: Write several small files and their directories in one step, atomically, with their final mode from the start
+version_added: "0.1.0"
+description:
+  - Makes each of O(directories) exist with its owner and mode, then each of O(files) hold exactly
+    its O(files[].content) with its owner and mode - what M(ansible.builtin.file) and
+    M(ansible.builtin.template) do, for many paths in one module run. A role that writes a unit,
+    an environment file and a configuration costs one module start on the host instead of two per
+    file (the template action's stat, then its copy or file), which is most of what a rerun with
+    nothing to change costs.
+  - A file is written to a temporary file in its directory, created with mode 0600, given its
+    owner and mode, optionally checked with O(files[].validate), flushed to disk, then renamed over
+    the path - a reader sees the old file or the new one, never half of one, and a secret file is
+    never readable by others, not even for a moment. A file whose content is right but whose mode
+    or owner is not only gets its mode or owner changed.
+  - A file given as O(files[].secret_content) never shows its content - in a diff, in the result
+    or in the module's logged arguments.
+author:
+  - fleet.vllm developers (@fleet-vllm)
+attributes:
+  check_mode:
+    support: full
+    description: Reports what would change (and the diff); writes nothing.
+  diff_mode:
+    support: full
+    description: Shows each changed file's content before and after, except secret files.
+  platform:
+    support: full
+    platforms: posix
+    description: Runs on the host of the files.
+options:
+  directories:
+    description: Directories to create (with missing parents, root-owned 0755) and whose owner and mode to set, before the files.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: The directory.
+        type: path
+        required: true
+      mode:
+        description: Its mode, in octal (V("0755")).
+        type: str
+        required: true
+      owner:
+        description: Its owner.
+        type: str
+        default: root
+      group:
+        description: Its group.
+        type: str
+        default: root
+  files:
+    description: Files to write. Their directories must exist or be in O(directories).
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: The file.
+        type: path
+        required: true
+      content:
+        description: What the file must hold. Exactly one of O(files[].content) and O(files[].secret_content).
+        type: str
+      secret_content:
+        description: What the file must hold, never shown (diff, result, logged arguments).
+        type: str
+      mode:
+        description: Its mode, in octal (V("0644")).
+        type: str
+        required: true
+      owner:
+        description: Its owner.
+        type: str
+        default: root
+      group:
+        description: Its group.
+        type: str
+        default: root
+      validate:
+        description:
+          - A command run on the temporary file before it replaces the path, C(%s) standing for the temporary file;
+            the file is not written when it fails.
+        type: str
+"""
+
+EXAMPLES = r"""
+- name: Write the unit and its environment file
+  fleet.vllm.managed_files:
+    directories:
+      - {path: /etc/fleet-vllm, mode: "0755"}
+    files:
+      - path: /etc/systemd/system/vllm.service
+        content: "{{ lookup('ansible.builtin.template', 'vllm.service.j2') }}"
+        mode: "0644"
+        validate: /usr/bin/systemd-analyze verify %s:vllm.service
+      - path: /etc/fleet-vllm/nccl.env
+        content: "NCCL_PROTO=LL\n"
+        mode: "0644"
+      - path: /etc/fleet-vllm/vllm-secrets.env
+        secret_content: "VLLM_API_KEY={{ vault_vllm_api_key }}\n"
+        mode: "0600"
+"""
+
+RETURN = r"""
+changed_files:
+  description: The files written or whose mode or owner changed.
+  returned: always
+  type: list
+  elements: str
+changed_directories:
+  description: The directories created or whose mode or owner changed.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import grp
+import os
+import pwd
+import shlex
+import stat
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_bytes, to_native, to_text
+
+
+class Failure(Exception):
+    pass
+
+
+def ids(owner, group, what):
+    try:
+        uid = pwd.getpwnam(owner).pw_uid
+    except KeyError:
+        raise Failure("%s: no user %s on this host" % (what, owner))
+    try:
+        gid = grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise Failure("%s: no group %s on this host" % (what, group))
+    return uid, gid
+
+
+def octal(mode, what):
+    try:
+        value = int(str(mode), 8)
+    except ValueError:
+        raise Failure("%s: mode %r is not an octal mode such as 0644" % (what, mode))
+    if value < 0 or value > 0o7777:
+        raise Failure("%s: mode %r is not an octal mode such as 0644" % (what, mode))
+    return value
+
+
+def ensure_directory(module, item):
+    path = item["path"]
+    mode = octal(item["mode"], path)
+    uid, gid = ids(item["owner"], item["group"], path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        if not module.check_mode:
+            parent = os.path.dirname(path)
+            if parent and not os.path.isdir(parent):
+                os.makedirs(parent, 0o755)
+            os.mkdir(path, 0o700)
+            os.chown(path, uid, gid)
+            os.chmod(path, mode)
+        return True
+    if not stat.S_ISDIR(st.st_mode):
+        raise Failure("%s exists and is not a directory" % path)
+    changed = False
+    if (st.st_uid, st.st_gid) != (uid, gid):
+        changed = True
+        if not module.check_mode:
+            os.chown(path, uid, gid)
+    if stat.S_IMODE(st.st_mode) != mode:
+        changed = True
+        if not module.check_mode:
+            os.chmod(path, mode)
+    return changed
+
+
+def ensure_file(module, item, diffs):
+    path = item["path"]
+    mode = octal(item["mode"], path)
+    uid, gid = ids(item["owner"], item["group"], path)
+    secret = item["secret_content"] is not None
+    wanted = to_bytes(item["secret_content"] if secret else item["content"], errors="surrogate_or_strict")
+    try:
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
+            raise Failure("%s exists and is not a regular file" % path)
+        with open(path, "rb") as handle:
+            current = handle.read()
+    except FileNotFoundError:
+        st, current = None, None
+    directory = os.path.dirname(path) or "."
+    if st is None and not os.path.isdir(directory) and not module.check_mode:
+        raise Failure("the directory of %s does not exist: create it first (directories)" % path)
+    if current == wanted:
+        changed = False
+        if (st.st_uid, st.st_gid) != (uid, gid):
+            changed = True
+            if not module.check_mode:
+                os.chown(path, uid, gid)
+        if stat.S_IMODE(st.st_mode) != mode:
+            changed = True
+            if not module.check_mode:
+                os.chmod(path, mode)
+        return changed
+    if module._diff:
+        hidden = "(secret content not shown)\n"
+        diffs.append({
+            "before_header": path if st is not None else "%s (absent)" % path,
+            "after_header": path,
+            "before": hidden if secret and current is not None else to_text(current or b"", errors="replace"),
+            "after": hidden if secret else to_text(wanted, errors="replace"),
+        })
+    if module.check_mode:
+        return True
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(path))
+    module.add_cleanup_file(tmp)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchown(handle.fileno(), uid, gid)
+            os.fchmod(handle.fileno(), mode)
+            handle.write(wanted)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as exc:
+        raise Failure("cannot write %s: %s" % (tmp, to_native(exc)))
+    if item.get("validate"):
+        if "%s" not in item["validate"]:
+            raise Failure("%s: validate must contain %%s, the file to check" % path)
+        argv = [arg.replace("%s", tmp) for arg in shlex.split(item["validate"])]
+        rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C"})
+        if rc != 0:
+            raise Failure("%s was not written: %s failed (rc %d): %s" % (
+                path, " ".join(shlex.quote(a) for a in argv), rc, (err or out).strip()))
+    try:
+        os.rename(tmp, path)
+    except OSError as exc:
+        raise Failure("cannot replace %s: %s" % (path, to_native(exc)))
+    return True
+
+
+def main():
+    owner_options = dict(owner=dict(type="str", default="root"), group=dict(type="str", default="root"))
+    module = AnsibleModule(
+        argument_spec=dict(
+            directories=dict(type="list", elements="dict", default=[], options=dict(
+                path=dict(type="path", required=True), mode=dict(type="str", required=True), **owner_options)),
+            files=dict(type="list", elements="dict", default=[], options=dict(
+                path=dict(type="path", required=True), content=dict(type="str"),
+                secret_content=dict(type="str", no_log=True), mode=dict(type="str", required=True),
+                validate=dict(type="str"), **owner_options),
+                mutually_exclusive=[("content", "secret_content")], required_one_of=[("content", "secret_content")]),
+        ),
+        supports_check_mode=True,
+    )
+    changed_dirs, changed_files, diffs = [], [], []
+    try:
+        for item in module.params["directories"]:
+            if not os.path.isabs(item["path"]):
+                raise Failure("directories: %s is not an absolute path" % item["path"])
+            if ensure_directory(module, item):
+                changed_dirs.append(item["path"])
+        for item in module.params["files"]:
+            if not os.path.isabs(item["path"]):
+                raise Failure("files: %s is not an absolute path" % item["path"])
+            if ensure_file(module, item, diffs):
+                changed_files.append(item["path"])
+    except Failure as exc:
+        module.fail_json(msg=str(exc), changed=bool(changed_dirs or changed_files), changed_files=changed_files,
+                         changed_directories=changed_dirs)
+    except OSError as exc:
+        module.fail_json(msg=to_native(exc), changed=bool(changed_dirs or changed_files), changed_files=changed_files,
+                         changed_directories=changed_dirs)
+    result = dict(changed=bool(changed_dirs or changed_files), changed_files=changed_files,
+                  changed_directories=changed_dirs)
+    if module._diff:
+        result["diff"] = diffs
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
