@@ -1,27 +1,31 @@
 # Copyright (c) 2026, fleet.vllm developers
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""How fast deploy.yml converges a two-host fleet, and how fast a no-op rerun is.
+"""How deploy.yml scales with the fleet: first converge, no-op rerun and rolling a new vLLM pin,
+on 2, 4 and 8 test hosts.
 
-    .venv/bin/python benchmarks/deploy_speed.py [--keep] [--json FILE]
+    .venv/bin/python benchmarks/deploy_speed.py [--hosts 2,4,8] [--keep] [--json FILE]
 
-Starts two fresh test hosts (Podman containers with systemd, tests/hosts; named
-fleet-vllm-bench-1 and -2 on the network fleet-vllm-net, with the demo fleet's variables,
-inventories/demo/group_vars), installs the test fixtures (molecule/shared/prepare.yml), then
-runs ``ansible-playbook deploy.yml`` twice with the ansible.posix.json callback:
+For each fleet size N it starts N fresh test hosts (Podman containers with systemd, tests/hosts;
+fleet-vllm-bench-1..N on the network fleet-vllm-net, with the demo fleet's variables,
+inventories/demo/group_vars), installs the test fixtures (molecule/shared/prepare.yml), then runs
+``ansible-playbook deploy.yml`` three times with the ansible.posix.json callback:
 
-  converge      from bare hosts to two serving endpoints,
-  no-op rerun   the same command again: nothing to change, nothing to restart.
+  converge      from bare hosts to N serving endpoints (the inventory's pin, the 0.16 nightly);
+  no-op rerun   the same command again: nothing to change, nothing to restart;
+  new pin       -e vllm_runtime_version=0.33.0: a new venv on every host, each host restarted.
 
-For each run it prints the tasks run (task x host results that were not skipped), the tasks
-changed, and the wall-clock seconds; for the converge also the time spent downloading (the
-weights role's download and peer copy: roles/vllm_weights/tasks/fetch.yml, follow.yml) and
-installing (the vLLM venv, fleet.vllm.vllm_venv, the huggingface_hub venv and OS packages), as the wall-clock time of those tasks. The goal:
+It prints, per run: task results (not skipped) and changed ones, wall-clock seconds, the task
+results of the rolling play, the restarts, the venv installs and in which play they ran. Goals,
+as ratios measured in this one run:
 
-  no-op rerun < (converge - download - install) / 3
+  1. no-op rerun on 2 hosts < converge on 2 hosts / 4;
+  2. no-op rerun on 8 hosts < 3 x no-op rerun on 2 hosts (on this 2-core machine);
+  3. no-op rerun: no task result in the rolling play (only the staged/running comparison);
+  4. new pin on N hosts: N restarts, N venv installs, all in the staging play (one parallel
+     install phase, not N in a row).
 
-i.e. a rerun costs at most a third of the converge's own work. Exit code 0 when the goal is
-met, 1 when not, 2 when a run failed. Needs root, like the test hosts; the hosts are removed
-at the end unless --keep.
+Exit code 0 when every goal is met, 1 when not, 2 when a run failed. Needs root, like the test
+hosts; the hosts are removed after each size unless --keep (then only the last size's stay).
 """
 
 from __future__ import annotations
@@ -37,13 +41,11 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOSTS_DIR = os.path.join(ROOT, "tests", "hosts")
-NAMES = ["fleet-vllm-bench-1", "fleet-vllm-bench-2"]
+PREFIX = "fleet-vllm-bench-"
 NETWORK = "fleet-vllm-net"
-# Installing software: the vLLM venv, the downloader's venv (two command tasks of the weights role)
-# and OS packages.
-INSTALL_ACTIONS = {"fleet.vllm.vllm_venv", "ansible.builtin.package", "ansible.builtin.apt"}
-INSTALL_TASKS = ("vllm_weights : Create the downloader's venv", "vllm_weights : Install huggingface_hub into it")
-DOWNLOAD_FILES = ("roles/vllm_weights/tasks/fetch.yml", "roles/vllm_weights/tasks/follow.yml")
+NEW_PIN = "0.33.0"
+RESTART_TASK = "Start or restart the service"
+INSTALL_ACTION = "fleet.vllm.vllm_venv"
 
 
 def sh(argv, **kwargs):
@@ -59,35 +61,34 @@ def parse_time(stamp):
 
 
 def summarize(report):
-    """Tasks run and changed, and the wall-clock seconds of the download and install tasks."""
-    run = changed = 0
-    download = install = 0.0
-    for play in report["plays"]:
+    """Task results run and changed; per play the results; restarts; venv installs per play."""
+    out = {"tasks": 0, "changed": 0, "plays": [], "restarts": 0, "installs": {}, "install_seconds": 0.0}
+    for index, play in enumerate(report["plays"]):
+        name = play["play"]["name"]
+        count = 0
         for task in play["tasks"]:
-            results = task["hosts"].values()
-            duration = task["task"]["duration"]
-            seconds = 0.0
-            if "end" in duration:
-                seconds = (parse_time(duration["end"]) - parse_time(duration["start"])).total_seconds()
-            active = [r for r in results if not r.get("skipped")]
-            run += len(active)
-            changed += sum(1 for r in active if r.get("changed"))
-            if not active:
-                continue
-            path = task["task"].get("path", "")
-            actions = {r.get("action") for r in active}
-            if any(part in path for part in DOWNLOAD_FILES):
-                download += seconds
-            elif actions & INSTALL_ACTIONS or task["task"]["name"].endswith(INSTALL_TASKS):
-                install += seconds
-    return {"tasks": run, "changed": changed, "download": round(download, 1), "install": round(install, 1)}
+            active = [r for r in task["hosts"].values() if not r.get("skipped")]
+            count += len(active)
+            out["changed"] += sum(1 for r in active if r.get("changed"))
+            if RESTART_TASK in task["task"]["name"]:
+                out["restarts"] += sum(1 for r in active if r.get("changed"))
+            installs = sum(1 for r in active if r.get("action") == INSTALL_ACTION and r.get("changed"))
+            if installs:
+                out["installs"][name] = out["installs"].get(name, 0) + installs
+                duration = task["task"]["duration"]
+                if "end" in duration:
+                    out["install_seconds"] += (parse_time(duration["end"]) - parse_time(duration["start"])).total_seconds()
+        out["tasks"] += count
+        out["plays"].append({"index": index, "name": name, "results": count})
+    out["install_seconds"] = round(out["install_seconds"], 1)
+    return out
 
 
-def deploy(inventory, env):
+def deploy(inventory, env, *extra):
     env = dict(env, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
     env.pop("ANSIBLE_CALLBACKS_ENABLED", None)
     start = time.monotonic()
-    proc = subprocess.run(["ansible-playbook", "deploy.yml", "-i", inventory], cwd=ROOT, env=env, text=True,
+    proc = subprocess.run(["ansible-playbook", "deploy.yml", "-i", inventory, *extra], cwd=ROOT, env=env, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
     seconds = round(time.monotonic() - start, 1)
     try:
@@ -97,70 +98,107 @@ def deploy(inventory, env):
     if proc.returncode != 0 or report is None:
         log(f"deploy.yml failed (rc {proc.returncode}):\n{proc.stdout[-5000:]}\n{proc.stderr[-3000:]}")
         sys.exit(2)
-    return dict(summarize(report), seconds=seconds, stats=report["stats"])
+    return dict(summarize(report), seconds=seconds)
 
 
-def start_hosts(image, wheelhouse):
-    for name in NAMES:
-        subprocess.run(["podman", "rm", "--force", "--ignore", "--time", "0", name], check=True,
-                       stdout=subprocess.DEVNULL)
+def rolling_results(data):
+    return sum(p["results"] for p in data["plays"] if p["name"].startswith("Roll"))
+
+
+def remove_hosts(names):
+    subprocess.run(["podman", "rm", "--force", "--ignore", "--time", "0"] + names, check=False,
+                   stdout=subprocess.DEVNULL)
+
+
+def start_hosts(names, image, wheelhouse):
+    remove_hosts(names)
+    for name in names:
         sh(["podman", "run", "--detach", "--name", name, "--hostname", name, "--network", NETWORK,
             "--systemd=always", "--publish", "127.0.0.1::8000", "--volume", f"{wheelhouse}:/srv/wheelhouse:ro",
             "--label", "org.fleet-vllm.bench=1", image])
 
 
+def measure(count, image, wheelhouse, env, keep):
+    names = [f"{PREFIX}{i}" for i in range(1, count + 1)]
+    with tempfile.TemporaryDirectory(prefix="fleet-vllm-bench-") as inventory:
+        with open(os.path.join(inventory, "hosts.yml"), "w", encoding="utf-8") as handle:
+            # The demo fleet's connection (inventories/demo/hosts.yml): fleet_nsenter with pipelining.
+            handle.write("all:\n  children:\n    vllm_servers:\n      vars:\n"
+                         "        ansible_connection: fleet_nsenter\n      hosts:\n")
+            for name in names:
+                handle.write(f"        {name}:\n          ansible_host: {name}\n")
+        os.symlink(os.path.join(ROOT, "inventories", "demo", "group_vars"), os.path.join(inventory, "group_vars"))
+        try:
+            log(f"{count} hosts: starting {names[0]}..{names[-1]}")
+            start_hosts(names, image, wheelhouse)
+            subprocess.run(["ansible-playbook", os.path.join(ROOT, "molecule", "shared", "prepare.yml"), "-i", inventory,
+                            "-f", "16"], cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
+            log(f"{count} hosts: converge")
+            converge = deploy(inventory, env)
+            log(f"{count} hosts: no-op rerun")
+            rerun = deploy(inventory, env)
+            log(f"{count} hosts: new pin (vllm_runtime_version={NEW_PIN})")
+            pin = deploy(inventory, env, "-e", f"vllm_runtime_version={NEW_PIN}")
+        finally:
+            if not keep:
+                remove_hosts(names)
+    return {"hosts": count, "converge": converge, "rerun": rerun, "pin": pin}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
-    parser.add_argument("--keep", action="store_true", help="leave the two hosts running")
+    parser.add_argument("--hosts", default="2,4,8", help="fleet sizes, comma-separated (default 2,4,8)")
+    parser.add_argument("--keep", action="store_true", help="leave the last fleet's hosts running")
     parser.add_argument("--json", help="also write the numbers to this file")
     opts = parser.parse_args()
     if os.geteuid() != 0:
         parser.error("run as root (rootful Podman for the test hosts)")
+    sizes = [int(n) for n in opts.hosts.split(",")]
 
     env = dict(os.environ, PATH=os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ["PATH"],
-               ANSIBLE_INJECT_FACT_VARS="false")
+               ANSIBLE_INJECT_FACT_VARS="false", ANSIBLE_FORKS="16")
     subprocess.run([os.path.join(HOSTS_DIR, "prepare-machine.sh")], check=True, stdout=subprocess.DEVNULL)
     image = sh([os.path.join(HOSTS_DIR, "build-image.sh")])
     wheelhouse = sh([os.path.join(HOSTS_DIR, "wheelhouse.sh")])
     sh([os.path.join(HOSTS_DIR, "mirror.sh"), "up"], env=dict(env, FLEET_VLLM_MIRROR_WHEELHOUSE=wheelhouse))
     env["FLEET_VLLM_MIRROR_URL"] = sh([os.path.join(HOSTS_DIR, "mirror.sh"), "url"])
 
-    with tempfile.TemporaryDirectory(prefix="fleet-vllm-bench-") as inventory:
-        with open(os.path.join(inventory, "hosts.yml"), "w", encoding="utf-8") as handle:
-            # The demo fleet's connection (inventories/demo/hosts.yml): fleet_nsenter with pipelining.
-            handle.write("all:\n  children:\n    vllm_servers:\n      vars:\n"
-                         "        ansible_connection: fleet_nsenter\n      hosts:\n")
-            for name in NAMES:
-                handle.write(f"        {name}:\n          ansible_host: {name}\n")
-        os.symlink(os.path.join(ROOT, "inventories", "demo", "group_vars"), os.path.join(inventory, "group_vars"))
-        try:
-            log(f"starting {' and '.join(NAMES)}")
-            start_hosts(image, wheelhouse)
-            subprocess.run(["ansible-playbook", os.path.join(ROOT, "molecule", "shared", "prepare.yml"), "-i", inventory],
-                           cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
-            log("converge: ansible-playbook deploy.yml")
-            converge = deploy(inventory, env)
-            log("no-op rerun: ansible-playbook deploy.yml")
-            rerun = deploy(inventory, env)
-        finally:
-            if not opts.keep:
-                subprocess.run(["podman", "rm", "--force", "--ignore", "--time", "0"] + NAMES, check=False,
-                               stdout=subprocess.DEVNULL)
+    runs = [measure(n, image, wheelhouse, env, opts.keep and n == sizes[-1]) for n in sizes]
 
-    own_work = converge["seconds"] - converge["download"] - converge["install"]
-    budget = own_work / 3
-    print(f"{'run':<13} {'tasks':>6} {'changed':>8} {'seconds':>8}")
-    for label, data in (("converge", converge), ("no-op rerun", rerun)):
-        print(f"{label:<13} {data['tasks']:>6} {data['changed']:>8} {data['seconds']:>8.1f}")
-    print(f"converge: download {converge['download']:.1f} s, install {converge['install']:.1f} s "
-          f"(wall-clock time of those tasks)")
-    met = rerun["seconds"] < budget and rerun["changed"] == 0
-    print(f"goal: no-op rerun < (converge - download - install) / 3 = ({converge['seconds']:.1f} - "
-          f"{converge['download']:.1f} - {converge['install']:.1f}) / 3 = {budget:.1f} s: "
-          f"{'met' if met else 'NOT met'} ({rerun['seconds']:.1f} s, {rerun['changed']} changed)")
+    print(f"{'hosts':>5} {'run':<12} {'tasks':>6} {'changed':>8} {'seconds':>8} {'rolling':>8} {'restarts':>9} "
+          f"{'installs (play)':<24}")
+    for r in runs:
+        for label in ("converge", "rerun", "pin"):
+            d = r[label]
+            installs = ", ".join(f"{v} in '{k[:14]}'" for k, v in d["installs"].items()) or "-"
+            print(f"{r['hosts']:>5} {label:<12} {d['tasks']:>6} {d['changed']:>8} {d['seconds']:>8.1f} "
+                  f"{rolling_results(d):>8} {d['restarts']:>9} {installs:<24}")
+    goals = []
+    by = {r["hosts"]: r for r in runs}
+    if 2 in by:
+        c, n = by[2]["converge"]["seconds"], by[2]["rerun"]["seconds"]
+        goals.append(("no-op rerun on 2 hosts < converge / 4", f"{n:.1f} s < {c:.1f} / 4 = {c / 4:.1f} s", n < c / 4))
+    if 2 in by and 8 in by:
+        n2, n8 = by[2]["rerun"]["seconds"], by[8]["rerun"]["seconds"]
+        goals.append(("no-op rerun on 8 hosts < 3 x on 2 hosts", f"{n8:.1f} s < 3 x {n2:.1f} = {3 * n2:.1f} s", n8 < 3 * n2))
+    for r in runs:
+        d = r["rerun"]
+        goals.append((f"no-op rerun on {r['hosts']} hosts: nothing changed, nothing in the rolling play",
+                      f"{d['changed']} changed, {rolling_results(d)} rolling task results",
+                      d["changed"] == 0 and rolling_results(d) == 0))
+        p = r["pin"]
+        staged = [k for k in p["installs"] if k.startswith("Stage")]
+        goals.append((f"new pin on {r['hosts']} hosts: {r['hosts']} restarts, {r['hosts']} installs, all while staging",
+                      f"{p['restarts']} restarts, installs {p['installs']} ({p['install_seconds']:.1f} s of install tasks)",
+                      p["restarts"] == r["hosts"] and sum(p["installs"].values()) == r["hosts"]
+                      and staged and p["installs"][staged[0]] == r["hosts"]))
+    met = all(ok for dummy, dummy2, ok in goals)
+    for name, figures, ok in goals:
+        print(f"goal: {name}: {figures}: {'met' if ok else 'NOT met'}")
     if opts.json:
         with open(opts.json, "w", encoding="utf-8") as handle:
-            json.dump({"converge": converge, "rerun": rerun, "budget": round(budget, 1), "met": met}, handle, indent=1)
+            json.dump({"runs": runs, "goals": [{"goal": g, "figures": f, "met": ok} for g, f, ok in goals]}, handle,
+                      indent=1)
     return 0 if met else 1
 
 
