@@ -301,6 +301,7 @@ import errno
 import fcntl
 import json
 import os
+import random
 import threading
 import time
 
@@ -665,11 +666,13 @@ class HfSnapshot(object):
                               "(vllm_weights_peer_max_connections). %s" % (
                                   p["repo_id"], commit, int(self.peer_waited), self.name("peer_wait"), ", ".join(busy),
                                   " | ".join(self.peer_problems[-4:])))
+            # Jittered, so that copiers turned away together do not all come back together.
+            wait = delay * random.uniform(0.5, 1.0)
             self.write_progress(state="running", message="%d peer(s) busy (%s), asking again in %ds" % (
-                len(busy), ", ".join(busy[:3]), delay))
-            time.sleep(delay)
-            self.peer_waited += delay
-            delay = min(delay * 2, MAX_PEER_DELAY)
+                len(busy), ", ".join(busy[:3]), wait))
+            time.sleep(wait)
+            self.peer_waited += wait
+            delay = min(delay * 1.5, MAX_PEER_DELAY)
             last = None
 
     def leave_peers(self, commit):

@@ -278,8 +278,8 @@ def _daemon(tmp_path, name, root, allow="127.0.0.1", extra=""):
     return proc, "rsync://127.0.0.1:%d/fleet-vllm-models" % port
 
 
-def test_candidates_refusing_or_absent_are_left_out_and_the_next_serves(snap, hub, repo_dir, rsync_daemon, run_module,
-                                                                       tmp_path):
+def test_candidates_refusing_or_absent_are_left_out_and_the_next_serves(
+        snap, hub, repo_dir, rsync_daemon, run_module, tmp_path):
     peer_root, url = rsync_daemon
     assert not run_module("hf_snapshot", dict(repo_id=REPO, dest=str(peer_root / "Kimi"), endpoint=hub.url,
                                               python=sys.executable)).failed
