@@ -915,8 +915,9 @@ class HfSnapshot(object):
         else:
             origin = ""
         self.result.update(changed=True, complete=True, peer_used=self.peer,
-                           msg="%s at %s: downloaded %s%s in %d attempt(s); complete, %d files, %s" % (
-                               p["repo_id"], commit[:12], snap.human_bytes(self.result["downloaded_bytes"]), origin,
+                           msg="%s at %s: %s %s%s in %d attempt(s); complete, %d files, %s" % (
+                               p["repo_id"], commit[:12], "copied" if self.peer else "downloaded",
+                               snap.human_bytes(self.result["downloaded_bytes"]), origin,
                                self.result["attempts"], len(files), snap.human_bytes(state["total_bytes"])))
         return self.result
 

@@ -99,13 +99,13 @@ def daemon(base, seed):
         conf.write_text(render_rsyncd_conf(base, networks))
         port = free_port()
         argv = [shutil.which("systemd-socket-activate"), "--listen=127.0.0.1:%d" % port, "--accept", "--inetd",
-                str(GATE), str(HANDSHAKE_TIMEOUT), shutil.which("rsync"), "--daemon", "--config=%s" % conf,
+                "/usr/bin/python3", str(GATE), str(HANDSHAKE_TIMEOUT), shutil.which("rsync"), "--daemon", "--config=%s" % conf,
                 "--dparam=logfile=%s" % (base / "rsyncd.log")]
         if slow:
             argv.append("--dparam=pre-xfer exec=/bin/sleep 1")
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(base / "activate.log", "ab"))
         started.append(proc)
-        for _ in range(50):
+        for _attempt in range(50):
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 break
