@@ -20,6 +20,10 @@ description:
     else the first host of the play in the site) and the others copy it from there; in a site where
     some host has it, in the play or not (a node added with C(--limit)), nobody downloads and the
     hosts that lack it copy from those that have it, spread evenly.
+  - Each copier also gets C(peers), the candidates in the order to try them - the hosts that have
+    the snapshot (rotated, so that first choices spread evenly), then the other copiers of its site
+    in the play, which serve the next ones once they have finished. fleet.vllm.hf_snapshot tries
+    them in that order and waits for those at their connection limit.
   - With source V(hub) every host that lacks the snapshot downloads it; with V(shared) every host
     verifies it.
 options:
@@ -40,16 +44,20 @@ EXAMPLES = r"""
 - name: Plan the fleet's downloads
   ansible.builtin.set_fact:
     plan: "{{ hosts_status | fleet.vllm.weights_plan(source='peer') }}"
-# plan['gpu-node-02'] == {'action': 'copy', 'peer': 'gpu-node-01', 'reason': '...'}
+# plan['gpu-node-02'] == {'action': 'copy', 'peer': 'gpu-node-01', 'peers': ['gpu-node-01', 'gpu-node-03'], 'reason': '...'}
 """
 
 RETURN = r"""
 _value:
-  description: Host name -> C(action), C(peer) (for V(copy), else null) and C(reason), for the hosts of the play.
+  description:
+    - Host name -> C(action), C(peer) (for V(copy), else null), C(peers) (for V(copy), the candidates in order, C(peer)
+      first; else empty) and C(reason), for the hosts of the play.
   type: dict
 """
 
-# weights_peer_address is documented in weights_peer_address.yml next to this file.
+# weights_peer_address, weights_peer_url, weights_status and weights_networks are documented in their .yml files next to this one.
+
+import ipaddress
 
 from ansible.errors import AnsibleFilterError
 
@@ -71,13 +79,14 @@ def weights_plan(hosts, source):
     if source == "shared":
         for e in entries:
             if e["in_play"]:
-                plan[e["host"]] = dict(action="verify", peer=None, reason="shared storage: verify only")
+                plan[e["host"]] = dict(action="verify", peer=None, peers=[], reason="shared storage: verify only")
         return plan
     if source == "hub":
         for e in entries:
             if e["in_play"]:
-                plan[e["host"]] = (dict(action="none", peer=None, reason="the snapshot is complete here") if e["complete"]
-                                   else dict(action="download", peer=None, reason="source hub: every host downloads"))
+                plan[e["host"]] = (dict(action="none", peer=None, peers=[], reason="the snapshot is complete here")
+                                   if e["complete"] else
+                                   dict(action="download", peer=None, peers=[], reason="source hub: every host downloads"))
         return plan
     sites = {}
     for e in entries:
@@ -92,24 +101,34 @@ def weights_plan(hosts, source):
             named = [e["seed"] for e in players if e["seed"]]
             by_name = dict((e["host"], e) for e in players)
             seed = next((name for name in named if name in by_name), None) or players[0]["host"]
+        copiers = [e["host"] for e in players if not e["complete"] and e["host"] != seed]
         lacking = 0
         for e in players:
             if e["complete"]:
-                plan[e["host"]] = dict(action="none", peer=None, reason="the snapshot is complete here")
+                plan[e["host"]] = dict(action="none", peer=None, peers=[], reason="the snapshot is complete here")
             elif e["host"] == seed:
-                plan[e["host"]] = dict(action="download", peer=None,
+                plan[e["host"]] = dict(action="download", peer=None, peers=[],
                                        reason="no host of site %s has the snapshot: this one fetches it for the site" % site)
             else:
+                others = _rotated([name for name in copiers if name != e["host"]], lacking)
                 if sources:
-                    candidates = [name for name in sources if name != e["host"]]
-                    peer = candidates[lacking % len(candidates)]
-                    reason = "copy from %s, which has the snapshot" % peer
+                    first = _rotated(sources, lacking)
+                    reason = "copy from %s, which has the snapshot" % first[0]
                 else:
-                    peer = seed
+                    first = [seed]
                     reason = "copy from %s once it has fetched the snapshot for site %s" % (seed, site)
+                if others:
+                    reason += " (or from %d other host(s) of the site once they have it)" % len(others)
                 lacking += 1
-                plan[e["host"]] = dict(action="copy", peer=peer, reason=reason)
+                plan[e["host"]] = dict(action="copy", peer=first[0], peers=first + others, reason=reason)
     return plan
+
+
+def _rotated(names, offset):
+    if not names:
+        return []
+    offset %= len(names)
+    return names[offset:] + names[:offset]
 
 
 def weights_peer_address(host_vars):
@@ -122,6 +141,12 @@ def weights_peer_address(host_vars):
     except AttributeError:
         pass
     raise AnsibleFilterError("weights_peer_address: expects a host's variables (hostvars[name]), got %r" % (type(host_vars),))
+
+
+def weights_peer_url(host_vars, path, port=8873):
+    """rsync://<weights_peer_address>:<its vllm_weights_peer_port, else port>/<path> for a host's variables."""
+    own_port = _get(host_vars, "vllm_weights_peer_port", None)
+    return "rsync://%s:%s/%s" % (weights_peer_address(host_vars), own_port or port, str(path).strip("/"))
 
 
 def _get(mapping, name, default=None):
@@ -150,6 +175,58 @@ def weights_status(data, in_play, all_hostvars=None):
                 seed=_get(host_vars, "vllm_weights_seed_host", ""))
 
 
+def _network(text, what):
+    try:
+        return ipaddress.ip_network(str(text).strip(), strict=False)
+    except ValueError:
+        raise AnsibleFilterError("%s has %r, which is not an IPv4 or IPv6 address or network (CIDR): set it to networks "
+                                 "such as 10.20.0.0/16 or fd00:20::/64" % (what, text))
+
+
+def weights_networks(facts, networks=None, loopback=False):
+    """The networks whose hosts may copy from this one: ``networks`` (vllm_weights_peer_networks) when given,
+    else the networks this host is directly attached to, from its network facts (ansible.builtin.setup,
+    gather_subset network): every IPv4 and global IPv6 prefix of every interface, loopback only when ``loopback``
+    (the peers reach each other over loopback, as in tests). Normalised CIDRs, IPv4 first, no duplicates."""
+    found = []
+    if networks:
+        if isinstance(networks, (str, bytes)) or not isinstance(networks, (list, tuple)):
+            raise AnsibleFilterError("vllm_weights_peer_networks is %r: set it to a list of networks (CIDRs)" % (networks,))
+        found = [_network(item, "vllm_weights_peer_networks") for item in networks]
+    else:
+        if not isinstance(facts, dict):
+            raise AnsibleFilterError("weights_networks: expects a host's facts (ansible_facts), got %r" % (type(facts),))
+        for value in facts.values():
+            if not isinstance(value, dict) or "device" not in value:
+                continue
+            addresses = []
+            for entry in [value.get("ipv4")] + list(value.get("ipv4_secondaries") or []):
+                if isinstance(entry, dict) and entry.get("address") and (entry.get("prefix") or entry.get("netmask")):
+                    addresses.append("%s/%s" % (entry["address"], entry.get("prefix") or entry["netmask"]))
+            for entry in value.get("ipv6") or []:
+                if isinstance(entry, dict) and entry.get("address") and entry.get("prefix"):
+                    addresses.append("%s/%s" % (entry["address"].split("%")[0], entry["prefix"]))
+            for text in addresses:
+                try:
+                    interface = ipaddress.ip_interface(text)
+                except ValueError:
+                    continue
+                if interface.is_link_local or (interface.is_loopback and not loopback):
+                    continue
+                found.append(interface.network)
+        if loopback:
+            found += [ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128")]
+        if not found:
+            raise AnsibleFilterError("no network address found on this host (its network facts list none outside loopback and "
+                                     "link-local): set vllm_weights_peer_networks to the networks its peers copy from")
+    unique = []
+    for network in sorted(found, key=lambda n: (n.version, n)):
+        if network not in unique:
+            unique.append(network)
+    return [str(network) for network in unique]
+
+
 class FilterModule(object):
     def filters(self):
-        return dict(weights_plan=weights_plan, weights_peer_address=weights_peer_address, weights_status=weights_status)
+        return dict(weights_plan=weights_plan, weights_peer_address=weights_peer_address, weights_status=weights_status,
+                    weights_networks=weights_networks, weights_peer_url=weights_peer_url)

@@ -299,3 +299,32 @@ def progress_line(record):
         if total > done:
             line += ", ETA %s" % human_seconds((total - done) / rate)
     return line
+
+
+# ---- rsync answers from a peer -----------------------------------------------------------------
+# What an rsync client's exit code and messages mean for a copy from a peer (texts from rsync's
+# clientserver.c and main.c, 3.2.x to 3.5.0; see docs/peer-copy.md):
+#   busy:        "@ERROR: max connections (N) reached -- try again later" (the daemon's limit, exit 5),
+#                "did not see server greeting" (exit 5: the socket accepted and closed at once, as
+#                systemd does past MaxConnections= / MaxConnectionsPerSource=);
+#   refused:     "@ERROR: Unknown module" (a module with `list = no` answers so to an address outside
+#                its `hosts allow`), "@ERROR: access denied";
+#   unreachable: exit 10 (socket I/O: refused, no route, unknown name) or 35 (--contimeout);
+#   absent:      the file asked for does not exist there (exit 23, "No such file or directory");
+#   other:       anything else (an interrupted transfer...).
+RSYNC_KINDS = ("busy", "refused", "unreachable", "absent", "other")
+
+
+def rsync_kind(rc, stderr):
+    text = stderr or ""
+    if "max connections" in text and "reached" in text:
+        return "busy"
+    if rc == 5 and "did not see server greeting" in text:
+        return "busy"
+    if "@ERROR: Unknown module" in text or "@ERROR: access denied" in text:
+        return "refused"
+    if rc in (10, 35):
+        return "unreachable"
+    if rc == 23 and "No such file or directory" in text:
+        return "absent"
+    return "other"

@@ -113,12 +113,32 @@ options:
       - Copy the snapshot from a peer host of the fleet instead of the hub - the C(rsync://) URL of
         the directory that holds the peer's snapshots of this repository (the fleet.vllm.vllm_weights
         role serves it read-only with an rsync daemon), for example
-        C(rsync://gpu-node-01:8873/fleet-vllm-models/nvidia--Kimi-K2.5-NVFP4).
+        C(rsync://gpu-node-01:8873/fleet-vllm-models/nvidia--Kimi-K2.5-NVFP4); or several such URLs,
+        the candidates in the order to try them.
       - O(revision) must then be a commit sha. The file list comes from the peer's manifest, the
         files through C(rsync) with its partial files kept (an interrupted copy resumes), under the
         same stall watchdog, retries, progress record and verification as a hub download; the hub
         is not contacted.
-    type: str
+      - A candidate copies only once its manifest is there (it completed the snapshot). One that
+        refuses for capacity (rsync C(max connections) reached, or the socket's connection limit) is
+        tried again after a backoff, the others in between, for up to O(peer_wait) seconds; one that
+        refuses this host (not in its C(hosts allow)), cannot be reached, or lacks the snapshot while
+        no candidate is busy is left out, with the reason in RV(peer_problems).
+    type: list
+    elements: str
+  peer_fallback:
+    description:
+      - When no candidate of O(peer) will serve the snapshot (each refused, unreachable or without
+        it), download it from O(endpoint) instead of failing; RV(peer_problems) and RV(msg) say why.
+      - Candidates that are only busy are waited for (O(peer_wait)), never replaced by the hub.
+    type: bool
+    default: false
+  peer_wait:
+    description:
+      - Seconds to wait in all for candidates of O(peer) that refuse for capacity, before the copy fails
+        (the hosts that finish a copy serve the next ones, so a wait ends when any candidate has a slot).
+    type: int
+    default: 3600
   offline:
     description:
       - Never contact the hub. O(revision) must then be a commit sha whose manifest is in the
@@ -262,6 +282,15 @@ xet_fallback:
   description: Whether a stall made the module fall back from Xet to plain HTTP.
   returned: success
   type: bool
+peer_used:
+  description: The O(peer) candidate the snapshot was copied from (null when nothing was copied from a peer).
+  returned: success
+  type: str
+peer_problems:
+  description: Why candidates of O(peer) were left out or waited for, one line each (empty when the first one served).
+  returned: success
+  type: list
+  elements: str
 msg:
   description: What was found or done, in one line; on failure, what went wrong and what to set.
   returned: always
@@ -272,6 +301,7 @@ import errno
 import fcntl
 import json
 import os
+import random
 import threading
 import time
 
@@ -287,10 +317,17 @@ POLL_SECONDS = 1.0
 RATE_WINDOW = 30.0
 # Options whose role variable is not <prefix><option>.
 VARIABLE_NAMES = dict(token="hf_token", repo_id="repo")
-# rsync exit codes another attempt cannot fix: usage, protocol/module errors, file selection.
+# rsync exit codes another attempt cannot fix: usage, protocol/module errors, file selection. Exit 5 is fatal only
+# when the peer refused this host (its hosts allow); "max connections reached" is retried (see _snapshot.rsync_kind).
 RSYNC_FATAL = {1: "syntax or usage error", 2: "protocol incompatibility", 3: "errors selecting input/output files",
-               4: "requested action not supported", 5: "error starting the client-server protocol (unknown module, "
-               "or the peer refused this host: check its hosts allow)"}
+               4: "requested action not supported", 5: "error starting the client-server protocol"}
+RSYNC_KIND_TEXT = dict(
+    busy="the peer is at its connection limit",
+    refused="the peer refused this host: its vllm_weights_peer_networks (rsyncd hosts allow) does not include this "
+            "host's address, or it serves no module of that name",
+    unreachable="the peer cannot be reached", absent="the peer does not have it", other="transfer interrupted")
+# Longest wait between two rounds of asking busy peers.
+MAX_PEER_DELAY = 60.0
 
 
 class Failure(Exception):
@@ -305,6 +342,13 @@ class HfSnapshot(object):
         self.result = dict(changed=False, revision=self.params["revision"], requests=0, msg="")
         self.progress_state = {}
         self.xet_disabled = self.params["disable_xet"]
+        # Peers: the candidates in order, the one copying now (None: the hub), what each answered, time waited.
+        self.peers = [url.rstrip("/") for url in self.params["peer"] or []]
+        self.peer = None
+        self.peer_files = None
+        self.peer_problems = []
+        self.peer_waited = 0.0
+        self.result.update(peer_used=None, peer_problems=self.peer_problems)
 
     # ---- helpers -------------------------------------------------------------------------
 
@@ -322,13 +366,16 @@ class HfSnapshot(object):
             problems.append("%s is %r: set a branch, a tag or a commit sha" % (self.name("revision"), p["revision"]))
         if not p["offline"] and not (p["endpoint"].startswith("http://") or p["endpoint"].startswith("https://")):
             problems.append("%s is %r: set the http(s) URL of the hub or of the site mirror" % (self.name("endpoint"), p["endpoint"]))
-        if p["peer"] and not p["peer"].startswith("rsync://"):
-            problems.append("%s is %r: set the rsync:// URL of a peer's snapshots" % (self.name("peer"), p["peer"]))
+        for url in p["peer"] or []:
+            if not url.startswith("rsync://") or len(url.rstrip("/")) <= len("rsync://"):
+                problems.append("%s has %r: set the rsync:// URL of a peer's snapshots" % (self.name("peer"), url))
+        if p["peer_fallback"] and p["offline"]:
+            problems.append("%s needs the hub, which offline excludes: set one of them" % self.name("peer_fallback"))
         if (p["offline"] or p["peer"]) and not snap.is_commit_sha(p["revision"]):
             problems.append("%s is %r: offline or from a peer, the revision must be a 40-character commit sha"
                             % (self.name("revision"), p["revision"]))
         for option, low in (("max_workers", 1), ("retries", 0), ("stall_timeout", 5), ("request_timeout", 1),
-                            ("disk_margin_percent", 0), ("progress_interval", 1)):
+                            ("disk_margin_percent", 0), ("progress_interval", 1), ("peer_wait", 0)):
             if p[option] < low:
                 problems.append("%s is %d: set it to %d or more" % (self.name(option), p[option], low))
         if p["retry_delay"] < 0:
@@ -408,7 +455,7 @@ class HfSnapshot(object):
             stop.set()
             for thread in threads:
                 thread.join(30)
-        return self.answer_of(rc, out, err, rsync=question["op"] == "rsync")
+        return self.answer_of(rc, out, err, rsync=question["op"] == "rsync", peer=question.get("peer"))
 
     def rsync_argv(self, commit, *paths):
         rsync = self.module.get_bin_path("rsync")
@@ -418,20 +465,22 @@ class HfSnapshot(object):
         return [rsync, "--recursive", "--times", "--chmod=D0755,F0644", "--partial-dir=.cache/rsync-partial",
                 "--contimeout=30", "--timeout=%d" % self.params["stall_timeout"]] + list(paths)
 
-    def peer_url(self, commit, path=""):
-        return "%s/%s/%s" % (self.params["peer"].rstrip("/"), commit, path)
+    def peer_url(self, commit, path="", peer=None):
+        return "%s/%s/%s" % (peer or self.peer, commit, path)
 
-    def rsync_error(self, rc, stderr):
+    def rsync_error(self, rc, stderr, peer=None):
         message = " ".join(stderr.split())[-800:] or "(no output)"
-        return dict(type="rsync", status=rc, retry_after=None, fatal=rc in RSYNC_FATAL,
-                    message="rsync from %s exited with code %s (%s): %s" % (
-                        self.params["peer"], rc, RSYNC_FATAL.get(rc, "transfer interrupted"), message))
+        kind = snap.rsync_kind(rc, stderr)
+        meaning = RSYNC_KIND_TEXT[kind] if kind != "other" else RSYNC_FATAL.get(rc, RSYNC_KIND_TEXT[kind])
+        return dict(type="rsync", status=rc, retry_after=None, kind=kind,
+                    fatal=kind == "refused" or (rc in RSYNC_FATAL and kind == "other"),
+                    message="rsync from %s exited with code %s (%s): %s" % (peer or self.peer, rc, meaning, message))
 
-    def answer_of(self, rc, stdout, stderr, rsync=False):
+    def answer_of(self, rc, stdout, stderr, rsync=False, peer=None):
         stdout = to_text(stdout or "", errors="surrogate_or_replace")
         stderr = to_text(stderr or "", errors="surrogate_or_replace").strip()
         if rsync:
-            return {} if rc == 0 else dict(error=self.rsync_error(rc, stderr))
+            return {} if rc == 0 else dict(error=self.rsync_error(rc, stderr, peer))
         lines = [line for line in stdout.splitlines() if line.strip()]
         try:
             answer = json.loads(lines[-1]) if lines else None
@@ -528,8 +577,10 @@ class HfSnapshot(object):
                 if p["offline"]:
                     raise Failure("the manifest in %s was written for other allow/ignore patterns; offline, the "
                                   "revision cannot be listed again: run once online" % directory)
-            elif p["peer"]:
-                return revision, self.peer_listing(revision), None
+            elif self.peers:
+                if self.find_peer(revision):
+                    return revision, self.peer_files, None
+                self.leave_peers(revision)
             elif p["offline"]:
                 if p["state"] == "queried":
                     return revision, None, None
@@ -560,23 +611,81 @@ class HfSnapshot(object):
             raise Failure("the listing of %s at %s from %s: %s" % (p["repo_id"], commit, p["endpoint"], exc))
         return commit, files, None
 
-    def peer_listing(self, commit):
-        """The file list of the peer's manifest (the peer completed and verified the snapshot)."""
-        target = os.path.join(self.module.tmpdir, "peer")
+    def peer_manifest(self, commit, peer):
+        """(files, None) from the peer's manifest (it completed and verified the snapshot), or (None, error)."""
+        target = os.path.join(self.module.tmpdir, "peer-%d" % len(os.listdir(self.module.tmpdir)))
         os.mkdir(target)
-        answer = self.run_child(dict(op="rsync", argv=self.rsync_argv(
-            commit, self.peer_url(commit, snap.MANIFEST_NAME), target + "/")), "peer-manifest")
+        answer = self.run_child(dict(op="rsync", peer=peer, argv=self.rsync_argv(
+            commit, self.peer_url(commit, snap.MANIFEST_NAME, peer), target + "/")), "peer-manifest")
         if "error" in answer:
-            raise Failure("cannot read the snapshot manifest of %s at %s from %s: %s. Does that peer have the complete "
-                          "snapshot? (a peer has it once a run completed it there)" % (
-                              self.params["repo_id"], commit, self.params["peer"], answer["error"]["message"]))
+            return None, answer["error"]
         try:
             manifest = snap.read_manifest(target)
         except snap.SnapshotError as exc:
-            raise Failure("the peer %s: %s" % (self.params["peer"], exc))
+            return None, dict(kind="refused", message="the peer %s: %s" % (peer, exc))
         if manifest is None or manifest.get("repo_id") != self.params["repo_id"] or manifest.get("commit") != commit:
-            raise Failure("the peer %s has no manifest of %s at %s" % (self.params["peer"], self.params["repo_id"], commit))
-        return manifest["files"]
+            return None, dict(kind="refused", message="the peer %s has no manifest of %s at %s" % (
+                peer, self.params["repo_id"], commit))
+        return manifest["files"], None
+
+    def note_peer(self, line):
+        if line not in self.peer_problems:
+            self.peer_problems.append(line)
+
+    def find_peer(self, commit, last=None):
+        """Picks the first candidate that has the complete snapshot and a free slot, in the candidates' order (last
+        tried last). Busy candidates are asked again after a backoff, the snapshot's absence too while any candidate is
+        busy (a host that finishes its copy serves the next ones); the others are left out. Sets self.peer and
+        self.peer_files and returns True, or returns False when no candidate will serve (self.peer_problems says why).
+        Fails when busy candidates made it wait more than peer_wait seconds in all."""
+        p = self.params
+        delay = max(float(p["retry_delay"]), 1.0)
+        while True:
+            order = [url for url in self.peers if url != last] + [url for url in self.peers if url == last]
+            busy, absent = [], []
+            for url in order:
+                files, error = self.peer_manifest(commit, url)
+                if error is None:
+                    self.peer, self.peer_files = url, files
+                    return True
+                kind = error.get("kind")
+                if kind == "busy":
+                    busy.append(url)
+                elif kind == "absent":
+                    absent.append(url)
+                else:
+                    self.peers.remove(url)
+                self.note_peer("%s: %s" % (url, error["message"] if kind != "absent" else
+                                           "no complete snapshot of %s at %s there (no manifest) yet" % (p["repo_id"], commit)))
+            if not busy:
+                self.peers = [url for url in self.peers if url not in absent]
+                return False
+            if self.peer_waited + delay > p["peer_wait"]:
+                raise Failure("every peer that may have %s at %s stayed busy (at its connection limit) for %d s "
+                              "(%s): re-run later, raise %s, or let the peers take more copies at once "
+                              "(vllm_weights_peer_max_connections). %s" % (
+                                  p["repo_id"], commit, int(self.peer_waited), self.name("peer_wait"), ", ".join(busy),
+                                  " | ".join(self.peer_problems[-4:])))
+            # Jittered, so that copiers turned away together do not all come back together.
+            wait = delay * random.uniform(0.5, 1.0)
+            self.write_progress(state="running", message="%d peer(s) busy (%s), asking again in %ds" % (
+                len(busy), ", ".join(busy[:3]), wait))
+            time.sleep(wait)
+            self.peer_waited += wait
+            delay = min(delay * 1.5, MAX_PEER_DELAY)
+            last = None
+
+    def leave_peers(self, commit):
+        """No candidate will serve: the hub when peer_fallback says so, else a failure naming each candidate's answer."""
+        p = self.params
+        reasons = " | ".join(self.peer_problems) or "no candidate"
+        if not p["peer_fallback"]:
+            raise Failure("no peer will serve %s at %s: %s. Does a peer have the complete snapshot? (a peer has it once a "
+                          "run completed it there); allow the hub with %s" % (
+                              p["repo_id"], commit, reasons, self.name("peer_fallback")))
+        self.peer, self.peer_files = None, None
+        self.module.warn("no peer will serve %s at %s, downloading it from %s instead: %s" % (
+            p["repo_id"], commit, p["endpoint"], reasons))
 
     def lock(self, commit):
         path = os.path.join(self.dest, ".%s.lock" % commit)
@@ -631,6 +740,24 @@ class HfSnapshot(object):
             self.write_progress(state="running", bytes_done=start_bytes, bytes_total=total, attempt=attempt,
                                 transport="http" if self.xet_disabled else "auto", rate_bytes_per_second=None)
             error = self.one_attempt(commit, files, directory, attempt, total)
+            if error is not None and self.peer and error.get("kind") in ("busy", "refused", "unreachable", "absent"):
+                # Not the transfer failing: this peer will not serve now. Another candidate, or this one after a
+                # backoff when it is busy; the hub when none will serve and peer_fallback allows it.
+                attempt -= 1
+                self.note_peer("%s: %s" % (self.peer, error["message"]))
+                last = self.peer
+                if error["kind"] == "busy":
+                    wait = max(float(p["retry_delay"]), 1.0)
+                    if self.peer_waited + wait > p["peer_wait"]:
+                        raise Failure("%s stayed busy: %s. Re-run later or raise %s" % (
+                            self.peer, error["message"], self.name("peer_wait")))
+                    time.sleep(wait)
+                    self.peer_waited += wait
+                else:
+                    self.peers.remove(self.peer)
+                if not self.find_peer(commit, last=last):
+                    self.leave_peers(commit)
+                continue
             if error is None:
                 state = snap.check(directory, files, deep=p["deep"])
                 if state["complete"]:
@@ -658,8 +785,8 @@ class HfSnapshot(object):
     def one_attempt(self, commit, files, directory, attempt, total):
         """Runs one download process under the stall watchdog. None on success, else an error dict."""
         p = self.params
-        if p["peer"]:
-            question = dict(op="rsync", argv=self.rsync_argv(
+        if self.peer:
+            question = dict(op="rsync", peer=self.peer, argv=self.rsync_argv(
                 commit, "--exclude=/.cache/", "--exclude=/%s" % snap.MANIFEST_NAME, self.peer_url(commit), directory + "/"))
         else:
             question = dict(op="download", repo_id=p["repo_id"], revision=commit, local_dir=directory,
@@ -696,7 +823,7 @@ class HfSnapshot(object):
 
         answer = self.run_child(question, "download-%d" % attempt, watchdog=watchdog)
         if stalled:
-            fallback = not self.xet_disabled and not p["peer"]
+            fallback = not self.xet_disabled and not self.peer
             if fallback:
                 self.xet_disabled = True
                 self.result["xet_fallback"] = True
@@ -708,7 +835,7 @@ class HfSnapshot(object):
     def dry_run(self, commit):
         p = self.params
         directory = snap.snapshot_dir(self.dest, commit)
-        if not os.path.isdir(directory) or p["peer"]:
+        if not os.path.isdir(directory) or self.peer:
             return None
         answer = self.ask(dict(op="dry_run", repo_id=p["repo_id"], revision=commit, local_dir=directory,
                                allow_patterns=p["allow_patterns"], ignore_patterns=p["ignore_patterns"]), "dry-run")
@@ -781,9 +908,17 @@ class HfSnapshot(object):
                                                               p["allow_patterns"], p["ignore_patterns"]))
         finally:
             handle.close()
-        self.result.update(changed=True, complete=True, msg="%s at %s: downloaded %s in %d attempt(s); complete, %d files, %s" % (
-            p["repo_id"], commit[:12], snap.human_bytes(self.result["downloaded_bytes"]), self.result["attempts"],
-            len(files), snap.human_bytes(state["total_bytes"])))
+        if self.peer:
+            origin = " from %s" % self.peer
+        elif p["peer"]:
+            origin = " from %s, as no peer would serve it (%s)" % (p["endpoint"], " | ".join(self.peer_problems))
+        else:
+            origin = ""
+        self.result.update(changed=True, complete=True, peer_used=self.peer,
+                           msg="%s at %s: %s %s%s in %d attempt(s); complete, %d files, %s" % (
+                               p["repo_id"], commit[:12], "copied" if self.peer else "downloaded",
+                               snap.human_bytes(self.result["downloaded_bytes"]), origin,
+                               self.result["attempts"], len(files), snap.human_bytes(state["total_bytes"])))
         return self.result
 
     def check_space(self, commit, directory, state):
@@ -820,7 +955,9 @@ def main():
             max_workers=dict(type="int", default=8),
             disable_xet=dict(type="bool", default=False),
             python=dict(type="path"),
-            peer=dict(type="str"),
+            peer=dict(type="list", elements="str"),
+            peer_fallback=dict(type="bool", default=False),
+            peer_wait=dict(type="int", default=3600),
             offline=dict(type="bool", default=False),
             deep=dict(type="bool", default=False),
             disk_margin_percent=dict(type="int", default=5),

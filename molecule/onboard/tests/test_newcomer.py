@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+
 import fleet_hosts as fleet
 
 testinfra_hosts = fleet.testinfra_hosts("fleet_vllm_newcomers")
@@ -11,6 +14,23 @@ def test_the_run_touched_only_the_new_node():
     run = fleet.load_run("onboard")
     assert run["rc"] == 0, run["output_tail"][-3000:]
     assert sorted(run["recap"]) == fleet.instances("fleet_vllm_newcomers"), run["recap"]
+
+
+def test_it_was_not_in_the_inventory_of_the_first_deploy():
+    """The scenario's own premise: the node joined the inventory after the fleet was deployed."""
+    assert fleet.instances("fleet_vllm_newcomers")
+    assert not set(fleet.instances("fleet_vllm_newcomers")) & set(fleet.instances())
+
+
+def test_it_copied_from_a_peer_deployed_before_it_existed():
+    run = fleet.load_run("onboard")
+    assert "-i" in run["argv"][3:] and any(arg.endswith("onboard-inventory.yml") for arg in run["argv"])
+    peers = fleet.instances()
+    # The module's message, as the callback printed it (folded lines joined again), from the run's whole output.
+    with open(os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "run-onboard.log"), encoding="utf-8") as handle:
+        words = " ".join(handle.read().split())
+    assert re.search(r": copied \S+ \S+ from rsync://(%s):8873/" % "|".join(map(re.escape, peers)), words), words[-3000:]
+    assert "no peer will serve" not in words
 
 
 def test_no_shard_from_the_mirror_during_its_run():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.fleet.vllm.plugins.filter.weights_plan import weights_plan, weights_status
+from ansible_collections.fleet.vllm.plugins.filter.weights_plan import weights_networks, weights_plan, weights_status
 
 
 def host(name, complete=False, in_play=True, site="default", seed=""):
@@ -60,3 +60,59 @@ def test_status_of_hosts_outside_the_play():
     assert weights_status({"item": "p", "complete": True}, False, hostvars)["site"] == "x"
     mine = weights_status({"inventory_hostname": "a", "__vllm_weights_local": {"complete": True}}, True)
     assert mine == dict(host="a", site="default", complete=True, in_play=True, seed="")
+
+
+def test_copiers_get_every_candidate_in_order_and_first_choices_spread():
+    plan = weights_plan([host("a", True), host("b", True), host("c"), host("d"), host("e"), host("x", True, False)],
+                        "peer")
+    # Sources first (a, b, x: in or out of the play), rotated per copier; then the other copiers, which serve once done.
+    assert plan["c"]["peers"] == ["a", "b", "x", "d", "e"]
+    assert plan["d"]["peers"] == ["b", "x", "a", "e", "c"]
+    assert plan["e"]["peers"] == ["x", "a", "b", "c", "d"]
+    assert all(plan[h]["peer"] == plan[h]["peers"][0] for h in "cde")
+    assert plan["a"]["peers"] == [] and "2 other host(s)" in plan["c"]["reason"]
+
+
+def test_without_a_source_copiers_start_from_the_seed_then_each_other():
+    plan = weights_plan([host(n) for n in ("s", "c1", "c2", "c3")], "peer")
+    assert plan["s"]["action"] == "download" and plan["s"]["peers"] == []
+    assert plan["c1"]["peers"] == ["s", "c2", "c3"]
+    assert plan["c2"]["peers"] == ["s", "c3", "c1"]
+    assert plan["c3"]["peers"] == ["s", "c1", "c2"]
+
+
+def facts(**interfaces):
+    data = {"interfaces": list(interfaces), "default_ipv4": {"address": "10.1.2.3", "interface": "eth0", "prefix": "24"}}
+    for name, value in interfaces.items():
+        data[name.replace("-", "_")] = dict(value, device=name)
+    return data
+
+
+NET_FACTS = facts(
+    lo={"ipv4": {"address": "127.0.0.1", "netmask": "255.0.0.0", "prefix": "8"},
+        "ipv6": [{"address": "::1", "prefix": "128", "scope": "host"}]},
+    eth0={"ipv4": {"address": "10.1.2.3", "netmask": "255.255.255.0", "prefix": "24"},
+          "ipv4_secondaries": [{"address": "192.168.7.9", "netmask": "255.255.254.0", "prefix": "23"}],
+          "ipv6": [{"address": "fd00:1:2::3", "prefix": "64", "scope": "global"},
+                   {"address": "fe80::1", "prefix": "64", "scope": "link"}]},
+    **{"br-fab": {"ipv4": {"address": "172.30.0.1", "netmask": "255.255.0.0", "prefix": "16"}}},
+)
+
+
+def test_networks_derived_from_the_interfaces():
+    assert weights_networks(NET_FACTS) == ["10.1.2.0/24", "172.30.0.0/16", "192.168.6.0/23", "fd00:1:2::/64"]
+    assert weights_networks(NET_FACTS, loopback=True) == ["10.1.2.0/24", "127.0.0.0/8", "172.30.0.0/16",
+                                                          "192.168.6.0/23", "::1/128", "fd00:1:2::/64"]
+
+
+def test_networks_given_are_normalised_and_bad_ones_named():
+    assert weights_networks(NET_FACTS, ["10.9.8.7/16", "fd00::5", "10.9.0.0/16"]) == ["10.9.0.0/16", "fd00::5/128"]
+    with pytest.raises(AnsibleFilterError, match="vllm_weights_peer_networks has 'rack-3'.*CIDR"):
+        weights_networks(NET_FACTS, ["10.0.0.0/8", "rack-3"])
+    with pytest.raises(AnsibleFilterError, match="vllm_weights_peer_networks is '10.0.0.0/8'"):
+        weights_networks(NET_FACTS, "10.0.0.0/8")
+
+
+def test_no_address_outside_loopback_says_what_to_set():
+    with pytest.raises(AnsibleFilterError, match="set vllm_weights_peer_networks"):
+        weights_networks(facts(lo=NET_FACTS["lo"]))

@@ -252,10 +252,105 @@ def test_copy_from_a_peer_with_rsync_never_asks_the_hub(snap, hub, repo_dir, rsy
     assert not seed.failed, seed
     hub.clear_log()
     missing_peer = snap(revision=hub.commit, peer=url + "/Other", retries=0)
-    assert missing_peer.failed and "Does that peer have the complete snapshot" in missing_peer.result["msg"]
+    assert missing_peer.failed and "Does a peer have the complete snapshot" in missing_peer.result["msg"]
+    assert "no complete snapshot of %s at %s there" % (REPO, hub.commit) in missing_peer.result["msg"]
     copied = snap(revision=hub.commit, peer=url + "/Kimi")
     assert not copied.failed and copied.result["changed"] and copied.result["complete"], copied
     assert hub.requests == [] and copied.result["requests"] == 0
     same_files(repo_dir, copied.result["path"])
     again = snap(revision=hub.commit, peer=url + "/Kimi")
     assert not again.failed and not again.result["changed"]
+
+
+def _daemon(tmp_path, name, root, allow="127.0.0.1", extra=""):
+    """Another real rsync daemon on loopback serving root as fleet-vllm-models (list = no, as the role's)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    conf = tmp_path / ("%s.conf" % name)
+    conf.write_text("use chroot = no\nread only = yes\nlist = no\npid file = %s/%s.pid\nlock file = %s/%s.lock\n%s"
+                    "[fleet-vllm-models]\npath = %s\nhosts allow = %s\nhosts deny = *\nexclude = .cache/\n"
+                    % (tmp_path, name, tmp_path, name, extra, root, allow))
+    proc = subprocess.Popen(["rsync", "--daemon", "--no-detach", "--address=127.0.0.1", "--port=%d" % port,
+                             "--config=%s" % conf])
+    time.sleep(0.5)
+    return proc, "rsync://127.0.0.1:%d/fleet-vllm-models" % port
+
+
+def test_candidates_refusing_or_absent_are_left_out_and_the_next_serves(
+        snap, hub, repo_dir, rsync_daemon, run_module, tmp_path):
+    peer_root, url = rsync_daemon
+    assert not run_module("hf_snapshot", dict(repo_id=REPO, dest=str(peer_root / "Kimi"), endpoint=hub.url,
+                                              python=sys.executable)).failed
+    # A peer whose hosts allow excludes this host (what rsync says: "Unknown module", list = no) and a closed port.
+    closed, closed_url = _daemon(tmp_path, "closed", peer_root, allow="192.0.2.1")
+    try:
+        hub.clear_log()
+        copied = snap(revision=hub.commit, peer=[closed_url + "/Kimi", "rsync://127.0.0.1:1/fleet-vllm-models/Kimi",
+                                                 url + "/Other", url + "/Kimi"])
+    finally:
+        closed.terminate()
+        closed.wait(10)
+    assert not copied.failed, copied
+    r = copied.result
+    assert r["peer_used"] == url + "/Kimi" and hub.requests == []
+    same_files(repo_dir, r["path"])
+    problems = " | ".join(r["peer_problems"])
+    assert "Unknown module" in problems and "vllm_weights_peer_networks" in problems
+    assert "Connection refused" in problems and "no complete snapshot" in problems
+
+
+def test_no_peer_will_serve_falls_back_to_the_hub_and_says_why(snap, hub, repo_dir, tmp_path):
+    refusing, refusing_url = _daemon(tmp_path, "refusing", tmp_path, allow="192.0.2.1")
+    try:
+        hub.clear_log()
+        without = snap(revision=hub.commit, peer=refusing_url + "/Kimi")
+        assert without.failed and "Unknown module" in without.result["msg"] and "peer_fallback" in without.result["msg"]
+        assert file_gets(hub) == []
+        fetched = snap(revision=hub.commit, peer=refusing_url + "/Kimi", peer_fallback=True)
+    finally:
+        refusing.terminate()
+        refusing.wait(10)
+    assert not fetched.failed, fetched
+    r = fetched.result
+    assert r["complete"] and r["peer_used"] is None and len(file_gets(hub)) == 10
+    assert "as no peer would serve it" in r["msg"] and "Unknown module" in r["msg"]
+    warnings = [w["event"]["msg"] if isinstance(w, dict) else w for w in r.get("warnings") or []]
+    assert any("no peer will serve" in w and "downloading it from %s" % hub.url in w for w in warnings), warnings
+    same_files(repo_dir, r["path"])
+
+
+def test_a_busy_peer_is_waited_for(snap, hub, repo_dir, run_module, tmp_path):
+    """max connections 1, held by a client that named the module and stalls: the copy waits, then completes."""
+    import socket
+    root = tmp_path / "busy-root"
+    root.mkdir()
+    assert not run_module("hf_snapshot", dict(repo_id=REPO, dest=str(root / "Kimi"), endpoint=hub.url,
+                                              python=sys.executable)).failed
+    proc, url = _daemon(tmp_path, "busy", root, extra="max connections = 1\n")
+    port = int(url.split(":")[2].split("/")[0])
+    holder = socket.create_connection(("127.0.0.1", port))
+    try:
+        holder.sendall(b"@RSYNCD: 31.0\n")
+        holder.recv(100)
+        holder.sendall(b"fleet-vllm-models\n")  # the daemon claims its one slot for this connection
+        time.sleep(0.5)
+        busy = snap(revision=hub.commit, peer=url + "/Kimi", peer_wait=0)
+        assert busy.failed and "busy" in busy.result["msg"] and "max connections (1) reached" in busy.result["msg"]
+
+        def release():
+            time.sleep(3)
+            holder.close()
+        import threading
+        threading.Thread(target=release, daemon=True).start()
+        hub.clear_log()
+        copied = snap(revision=hub.commit, peer=url + "/Kimi", peer_wait=60, retry_delay=1)
+    finally:
+        holder.close()
+        proc.terminate()
+        proc.wait(10)
+    assert not copied.failed, copied
+    assert copied.result["peer_used"] == url + "/Kimi" and hub.requests == []
+    assert any("max connections (1) reached" in line for line in copied.result["peer_problems"])
+    same_files(repo_dir, copied.result["path"])

@@ -1,0 +1,193 @@
+"""The peers' rsync daemon as the vllm_weights role configures it, under load: its rsyncd.conf and
+handshake gate from the role (roles/vllm_weights/templates/rsyncd.conf.j2, files/rsync-handshake-gate),
+socket-activated per connection as fleet-vllm-rsyncd@.service runs it - here by systemd's own
+systemd-socket-activate (--accept --inetd), as this machine's PID 1 is not systemd (the Molecule
+scenario onboard checks the real units) - and real rsync clients started by fleet.vllm.hf_snapshot.
+
+- 24 copiers at once against one seed whose daemon takes 4 copies at a time: the others are told
+  "max connections (4) reached", wait and try again, and all 24 end with the complete snapshot;
+- a connection that sends no rsync greeting (or half of one) is dropped after the handshake timeout;
+- an address outside the allowed networks is refused with rsync's own answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import jinja2
+import pytest
+
+from conftest import COLLECTIONS, ROOT
+
+from ansible_collections.fleet.vllm.plugins.module_utils import _snapshot as snap
+
+pytestmark = [pytest.mark.integration]
+
+ROLE = ROOT / "roles" / "vllm_weights"
+GATE = ROLE / "files" / "rsync-handshake-gate"
+REPO = "nvidia/Kimi-K2.5-NVFP4"
+REPO_DIR = "nvidia--Kimi-K2.5-NVFP4"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+MODULE = "fleet-vllm-models"
+COPIERS = 24
+SLOTS = 4
+HANDSHAKE_TIMEOUT = 2
+
+if os.geteuid() != 0 or not shutil.which("systemd-socket-activate") or not shutil.which("rsync"):
+    pytest.skip("needs root (the daemon switches to nobody as the role's does), rsync and systemd-socket-activate",
+                allow_module_level=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def render_rsyncd_conf(base, networks):
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROLE / "templates")), undefined=jinja2.StrictUndefined)
+    env.filters["dirname"] = os.path.dirname
+    return env.get_template("rsyncd.conf.j2").render(
+        ansible_managed="rendered by " + __name__, vllm_weights_peer_max_connections=SLOTS,
+        __vllm_weights_rsyncd_lock=str(base / "rsyncd.lock"), __vllm_weights_rsync_module=MODULE,
+        vllm_weights_pristine_dir=str(base / "seed" / "pristine" / REPO_DIR), __vllm_weights_peer_networks=networks)
+
+
+@pytest.fixture(scope="module")
+def base():
+    # Every account can enter it: the daemon reads the snapshot as nobody, as on a host.
+    path = Path(tempfile.mkdtemp(prefix="fleet-vllm-peer-daemon-"))
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def seed(base):
+    """A complete snapshot (files and the module's manifest), world-readable as the module leaves it."""
+    directory = base / "seed" / "pristine" / REPO_DIR / COMMIT
+    directory.mkdir(parents=True)
+    files = []
+    for index in range(1, 5):
+        name = "model-%05d-of-00004.safetensors" % index
+        (directory / name).write_bytes(os.urandom(4 * 1024 * 1024))
+        files.append(dict(path=name, size=4 * 1024 * 1024))
+    (directory / "config.json").write_text('{"architectures": ["DeepseekV3ForCausalLM"]}\n')
+    files.append(dict(path="config.json", size=(directory / "config.json").stat().st_size))
+    snap.write_manifest(str(directory), snap.make_manifest(REPO, COMMIT, files, COMMIT))
+    for path in [base / "seed", *(base / "seed").rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def daemon(base, seed):
+    """The role's daemon behind systemd-socket-activate. ``slow`` makes every transfer hold its slot a second longer
+    (rsync's pre-xfer exec, a test-only parameter), standing in for a long copy, so that copies overlap for sure."""
+    started = []
+
+    def start(networks, slow=False):
+        conf = base / ("rsyncd-%d.conf" % len(started))
+        conf.write_text(render_rsyncd_conf(base, networks))
+        port = free_port()
+        argv = [shutil.which("systemd-socket-activate"), "--listen=127.0.0.1:%d" % port, "--accept", "--inetd",
+                "/usr/bin/python3", str(GATE), str(HANDSHAKE_TIMEOUT), shutil.which("rsync"), "--daemon", "--config=%s" % conf,
+                "--dparam=logfile=%s" % (base / "rsyncd.log")]
+        if slow:
+            argv.append("--dparam=pre-xfer exec=/bin/sleep 1")
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(base / "activate.log", "ab"))
+        started.append(proc)
+        for _attempt in range(50):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        return "rsync://127.0.0.1:%d/%s/%s" % (port, MODULE, REPO_DIR)
+
+    yield start
+    for proc in started:
+        proc.terminate()
+        proc.wait(10)
+
+
+def start_copier(base, index, peer, **options):
+    work = base / ("copier-%02d" % index)
+    work.mkdir()
+    params = dict(repo_id=REPO, revision=COMMIT, dest=str(work / "pristine"), peer=[peer], retry_delay=0.5,
+                  peer_wait=300, progress_file=str(work / "progress.json"), _ansible_check_mode=False,
+                  _ansible_diff=False, _ansible_remote_tmp=str(work), _ansible_keep_remote_files=False)
+    params.update(options)
+    (work / "args.json").write_text(json.dumps({"ANSIBLE_MODULE_ARGS": params}))
+    module = COLLECTIONS / "ansible_collections" / "fleet" / "vllm" / "plugins" / "modules" / "hf_snapshot.py"
+    return subprocess.Popen([sys.executable, str(module), str(work / "args.json")], cwd=str(work), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, PYTHONPATH=str(COLLECTIONS), LC_ALL="C.UTF-8"))
+
+
+def test_24_copiers_against_one_seed_with_4_slots_all_complete(base, seed, daemon):
+    url = daemon(["127.0.0.0/8"], slow=True)
+    procs = [start_copier(base, index, url) for index in range(COPIERS)]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=600)
+        results.append(json.loads(out) if out.strip() else dict(failed=True, msg=err[-2000:]))
+    failed = [r["msg"] for r in results if r.get("failed")]
+    assert failed == [], failed[0]
+    expected = {p.name: p.read_bytes() for p in seed.iterdir() if p.name != snap.MANIFEST_NAME}
+    for index, result in enumerate(results):
+        assert result["changed"] and result["complete"] and result["peer_used"] == url, result
+        copy = base / ("copier-%02d" % index) / "pristine" / COMMIT
+        assert {p.name: p.read_bytes() for p in copy.iterdir() if p.is_file() and p.name != snap.MANIFEST_NAME} == expected
+        assert json.loads((copy / snap.MANIFEST_NAME).read_text())["commit"] == COMMIT
+    # The limit was hit, and every copier it turned away waited and tried again instead of failing.
+    refused = [r for r in results if any("max connections (%d) reached" % SLOTS in line for line in r["peer_problems"])]
+    assert len(refused) >= COPIERS - SLOTS * 2, [r["peer_problems"] for r in results]
+    assert "max connections (%d) reached" % SLOTS in (base / "rsyncd.log").read_text()
+
+
+def _closed_after(sock, limit):
+    """Seconds until the daemon side closed the connection (reads return b''), or None within limit."""
+    start = time.monotonic()
+    sock.settimeout(limit)
+    try:
+        while sock.recv(4096):
+            pass
+    except socket.timeout:
+        return None
+    except ConnectionResetError:
+        pass
+    return time.monotonic() - start
+
+
+def test_a_connection_without_greeting_is_dropped_after_the_handshake_timeout(daemon):
+    url = daemon(["127.0.0.0/8"])
+    port = int(url.split(":")[2].split("/")[0])
+    idle = socket.create_connection(("127.0.0.1", port))
+    half = socket.create_connection(("127.0.0.1", port))
+    half.sendall(b"@RSYNCD: 31")  # a greeting without its end of line
+    idle_after, half_after = _closed_after(idle, HANDSHAKE_TIMEOUT + 10), _closed_after(half, HANDSHAKE_TIMEOUT + 10)
+    idle.close()
+    half.close()
+    assert idle_after is not None and HANDSHAKE_TIMEOUT - 0.5 <= idle_after <= HANDSHAKE_TIMEOUT + 3, idle_after
+    assert half_after is not None and half_after <= HANDSHAKE_TIMEOUT + 3, half_after
+    # A real client behind the gate still gets its answer (the gate consumed nothing).
+    listing = subprocess.run(["rsync", "--contimeout=10", url + "/" + COMMIT + "/"], capture_output=True, text=True,
+                             timeout=60, check=False)
+    assert listing.returncode == 0 and "config.json" in listing.stdout, listing.stderr
+
+
+def test_an_address_outside_the_networks_is_refused(daemon):
+    url = daemon(["10.20.0.0/16", "fd00:20::/64"])
+    denied = subprocess.run(["rsync", "--contimeout=10", url + "/" + COMMIT + "/"], capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert denied.returncode == 5 and "@ERROR: Unknown module '%s'" % MODULE in denied.stderr, denied.stderr
+    assert snap.rsync_kind(denied.returncode, denied.stderr) == "refused"
