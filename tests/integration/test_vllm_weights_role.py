@@ -107,7 +107,11 @@ def pristine(fleet, host):
 
 
 def served(fleet, host):
-    return fleet["base"] / host / "served" / REPO.replace("/", "--")
+    """The served directory of the snapshot's commit (variants/<commit12>: no vLLM venv is staged
+    in these plays, so the variant is the commit's alone)."""
+    variants = sorted((fleet["base"] / host / "served" / REPO.replace("/", "--") / "variants").iterdir())
+    assert len(variants) == 1, variants
+    return variants[0]
 
 
 def messages(run, host, play_index=0):
