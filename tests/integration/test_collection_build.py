@@ -39,7 +39,9 @@ def test_tarball_holds_only_what_users_need(built):
         names = set(tar.getnames())
     for required in ("MANIFEST.json", "FILES.json", "README.md", "LICENSE", "meta/runtime.yml",
                      "plugins/modules/kv_cache_config.py", "plugins/module_utils/_json_edit.py",
-                     "plugins/module_utils/_kv_cache.py", "changelogs/changelog.yaml"):
+                     "plugins/module_utils/_kv_cache.py", "changelogs/changelog.yaml",
+                     # what ansible-builder reads from an installed collection (execution environments)
+                     "meta/execution-environment.yml", "requirements.txt", "bindep.txt"):
         assert required in names, required
     for name in names:
         top = name.split("/")[0]
