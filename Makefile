@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_INJECT_FACT_VARS := false
 
-.PHONY: setup demo demo-down test lint sanity unit integration molecule vllm-venv clean
+.PHONY: setup demo demo-down test lint sanity unit integration molecule vllm-venv test-compat test-ee clean
 
 setup:
 	tools/bootstrap.sh
@@ -43,6 +43,21 @@ integration: setup
 # Every Molecule scenario, one after the other, timed (as root: rootful Podman test hosts).
 molecule: setup
 	tests/hosts/molecule.sh all
+
+# The oldest and the newest ansible-core the collection supports (meta/runtime.yml,
+# docs/ansible-compat.md), each on the oldest Python it runs on: ansible-test sanity of that core
+# and the unit tests (tools/compat.sh). Not in CI: about 10 minutes per core on 2 cores.
+COMPAT_OLDEST := 2.16.19 python3.10
+COMPAT_NEWEST := 2.21.5 python3.12
+test-compat: setup
+	tools/compat.sh $(COMPAT_OLDEST)
+	tools/compat.sh $(COMPAT_NEWEST)
+
+# The collection in an execution environment: ansible-builder + Podman on a base image built
+# here, then `ansible-navigator run deploy.yml` against two test hosts (tests/ee/test-ee.sh; as
+# root). Not in CI: several minutes, see docs/execution-environment.md.
+test-ee: setup
+	tests/ee/test-ee.sh
 
 clean:
 	rm -rf .cache .pytest_cache tests/output fleet-vllm-*.tar.gz

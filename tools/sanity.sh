@@ -7,10 +7,17 @@
 # with the versions this ansible-core pins (ansible-test --requirements installs them; its
 # --venv mode would download a pip bootstrap from a host this network does not reach).
 # Extra arguments go to ansible-test (e.g. --test validate-modules).
+# FLEET_VLLM_ANSIBLE_CORE=2.16.19 runs another ansible-core's sanity tests (in a venv of its own,
+# with FLEET_VLLM_PYTHON, a Python that core supports); `make test-compat` does that.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-core=$(grep -E '^ansible-core==' "$root/requirements-dev.txt")
-venv=$root/.cache/sanity-venv
+if [[ -n ${FLEET_VLLM_ANSIBLE_CORE:-} ]]; then
+  core=ansible-core==${FLEET_VLLM_ANSIBLE_CORE}
+  venv=$root/.cache/sanity-venv-${FLEET_VLLM_ANSIBLE_CORE}
+else
+  core=$(grep -E '^ansible-core==' "$root/requirements-dev.txt")
+  venv=$root/.cache/sanity-venv
+fi
 if [[ ! -f $venv/.complete-$core ]]; then
   rm -rf "$venv"
   "${FLEET_VLLM_PYTHON:-python3.11}" -m venv "$venv"

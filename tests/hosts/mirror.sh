@@ -168,8 +168,19 @@ sync_wheelhouse() {
     if [[ ${want} == "${have}" ]]; then
         return 0
     fi
-    podman exec "${name}" sh -c 'find /srv/wheelhouse -mindepth 1 -delete'
+    # Copy over what is there, then remove what the source lacks: a file both have is never
+    # missing, even for a moment. Several checkouts share this mirror (each Molecule create, the
+    # demo, tests/ee) and sync their own wheelhouse; the former delete-then-copy made a host
+    # that installed huggingface_hub right then find no wheel at all (seen).
     podman cp "${wheel_src}/." "${name}:/srv/wheelhouse/"
+    (cd "${wheel_src}" && find . -type f -printf '%P\n') | podman exec -i "${name}" python3 -c '
+import os, sys
+keep = set(sys.stdin.read().splitlines())
+for top, _, files in os.walk("/srv/wheelhouse"):
+    for f in files:
+        path = os.path.join(top, f)
+        if os.path.relpath(path, "/srv/wheelhouse") not in keep:
+            os.remove(path)'
     podman exec "${name}" sh -c "chmod -R a+rX /srv/wheelhouse && echo ${want} >/var/lib/olah/wheelhouse.key"
     log "wheel server: $(podman exec "${name}" find /srv/wheelhouse -type f | wc -l) files from ${wheel_src}"
 }

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Run Molecule on fleet.vllm's test hosts. Sets up what the scenarios need, then runs molecule
-# from the repository root with the project's venv:
+# Run Molecule on fleet.vllm's test hosts. Plain `molecule test [-s NAME | --all]` from the
+# repository root works as well (molecule/shared/create.yml does the same setup in each
+# scenario's create step); this wrapper does it once for all scenarios, times them and uses the
+# project's venv without activating it. It sets up, then runs molecule from the repository root:
 #   1. tests/hosts/prepare-machine.sh (idempotent: Podman, runc, ulimits),
 #   2. the test-host image (tests/hosts/build-image.sh), exported as FLEET_VLLM_TESTHOST_IMAGE,
 #   3. the wheelhouse (tests/hosts/wheelhouse.sh: the engine simulator as `vllm`, and

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Test the collection with another ansible-core than the pinned one: `ansible-test sanity` of
+# that core (tools/sanity.sh) and the unit tests (pytest tests/unit) run by it, in a venv of its
+# own under .cache/compat-<version>. `make test-compat` runs it for the oldest and the newest
+# ansible-core the collection supports (meta/runtime.yml, docs/ansible-compat.md):
+#
+#   tools/compat.sh 2.16.19 python3.11      # VERSION PYTHON (a Python that core runs on)
+#   tools/compat.sh 2.21.5 python3.12 --integration   # also tests/integration (slower)
+#
+# The tests that ask the real vLLM are left out (marker vllm): they do not depend on the core.
+# ansible.posix (the json callback the integration tests read) comes from the project venv's
+# `ansible` package, whatever core runs it.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+version=${1:?usage: tools/compat.sh ANSIBLE_CORE_VERSION PYTHON [--integration]}
+python=${2:?usage: tools/compat.sh ANSIBLE_CORE_VERSION PYTHON [--integration]}
+integration=${3:-}
+venv=${root}/.cache/compat-${version}
+pin() { grep -E "^$1==" "${root}/requirements-dev.txt"; }
+log() { printf 'compat %s: %s\n' "${version}" "$*" >&2; }
+
+# python3.10 may be a pyenv shim that only answers when that version is selected: use the
+# interpreter itself.
+if ! "${python}" -c '' 2>/dev/null; then
+    found=$(find "${PYENV_ROOT:-${HOME}/.pyenv}/versions" -maxdepth 3 -path "*/${python#python}.*/bin/${python}" 2>/dev/null | sort -V | tail -n1)
+    [[ -n ${found} ]] || { log "no ${python} on this machine (apt, pyenv, or the python.org builds)"; exit 1; }
+    python=${found}
+fi
+
+start=${SECONDS}
+if [[ ! -f ${venv}/.complete ]]; then
+    rm -rf "${venv}"
+    "${python}" -m venv "${venv}"
+    "${venv}/bin/pip" install --quiet --disable-pip-version-check "ansible-core==${version}" \
+        "$(pin pytest)" "$(pin huggingface_hub)" "$(pin jmespath)"
+    touch "${venv}/.complete"
+    log "venv made in $((SECONDS - start)) s"
+fi
+"${venv}/bin/ansible" --version | head -n1 >&2
+
+cd "${root}"
+export ANSIBLE_INJECT_FACT_VARS=false
+site=$(echo "${root}"/.venv/lib/python3*/site-packages)
+export ANSIBLE_COLLECTIONS_PATH=${root}/collections:${site}
+
+t=${SECONDS}
+FLEET_VLLM_ANSIBLE_CORE=${version} FLEET_VLLM_PYTHON=${python} tools/sanity.sh
+log "sanity passed in $((SECONDS - t)) s"
+
+t=${SECONDS}
+paths=(tests/unit)
+[[ ${integration} == --integration ]] && paths+=(tests/integration)
+"${venv}/bin/python" -m pytest -q -p no:cacheprovider -m "not vllm" "${paths[@]}"
+log "pytest ${paths[*]} passed in $((SECONDS - t)) s; all in $((SECONDS - start)) s"
