@@ -43,5 +43,6 @@ def test_each_host_as_the_rollout_left_it(host):
         for path in (fleet.UNIT_FILE, fleet.NCCL_ENV, fleet.SECRETS_ENV, "/opt/vllm/current", fleet.SERVED_CURRENT):
             assert data["files"][path] == before["files"][path], path
         # ... while the new venv is staged beside the running one
-        venvs = [p for p in data["files"] if p.startswith("/opt/vllm/venvs/") and p.count("/") == 4]
-        assert any(p.endswith("-0.33.0") for p in venvs), venvs
+        venvs = host.check_output("ls /opt/vllm/venvs").split()
+        assert any(name.endswith("-0.33.0") for name in venvs), venvs
+        assert not data["realpath"]["/opt/vllm/current"].endswith("-0.33.0")
