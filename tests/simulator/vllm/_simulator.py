@@ -533,7 +533,7 @@ def run(args):
     described = support_rules.describe_model(config)
     requested = getattr(args, "kv_cache_dtype", None) or "auto"
     try:
-        kv_cache_dtype = kv_rules.resolve_kv_cache_dtype(config, hf_quant, requested)
+        kv_cache_dtype = kv_rules.resolve_kv_cache_dtype(config, hf_quant, requested, vllm_version=__version__)
     except kv_rules.QuantConfigError as exc:
         sys.stderr.write("(APIServer pid=%d) ValueError: %s\n" % (PID, exc))
         return 1
