@@ -41,6 +41,7 @@ synthetic = _load("fleet_vllm_synthetic_repo", HUB / "synthetic_repo.py")
 SNAPSHOT = """
 import json, sys
 from huggingface_hub import snapshot_download
+from conftest import missing_prerequisite
 path = snapshot_download(sys.argv[1], revision=sys.argv[2], local_dir=sys.argv[3])
 print(json.dumps({"path": path}))
 """
@@ -51,11 +52,11 @@ def mirror(tmp_path_factory):
     """olah on 127.0.0.1:<free port> over the synthetic repo; yields a dict with url, process,
     sha, files (the repo's files on disk) and the mirrors dir."""
     if shutil.which("git") is None:
-        pytest.skip("git is not installed (olah's GitPython needs it)")
+        missing_prerequisite("git is not installed (olah's GitPython needs it)")
     try:
         olah.ensure_olah()
     except olah.OlahUnavailable as exc:
-        pytest.skip("olah's venv cannot be built (tests/hub/olah/setup.sh): %s" % exc)
+        missing_prerequisite("olah's venv cannot be built (tests/hub/olah/setup.sh): %s" % exc)
     base = tmp_path_factory.mktemp("olah")
     files = base / "files"
     synthetic.make_repo(files)

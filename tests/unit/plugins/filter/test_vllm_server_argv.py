@@ -133,7 +133,7 @@ def test_exec_line_refuses(argv):
         systemd_exec_args(argv)
 
 
-@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze is not installed")
+@prerequisite(shutil.which("systemd-analyze"), reason="systemd-analyze is not installed (Debian: systemd)")
 @pytest.mark.parametrize("value", ["a b", 'say "hi"', "it's", "100%", "%h", "back\\slash", "semi;colon", "x$$y"])
 def test_real_systemd_reads_the_word_back(tmp_path, value):
     """Real systemd as the oracle: systemd-analyze verify reports the executable of an ExecStart
@@ -158,6 +158,7 @@ def test_real_vllm_parser_accepts_the_seed_argv(vllm_venv, vllm_env):
 import json, sys
 from vllm.entrypoints.common import cli_args
 from vllm.utils.argparse_utils import FlexibleArgumentParser
+from conftest import prerequisite
 parser = cli_args.make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
 ns = parser.parse_args(json.loads(sys.argv[1]))
 cli_args.validate_parsed_serve_args(ns)
