@@ -274,7 +274,43 @@ def check_server_args(args, notes):
         return {"accepted": False, "error": server_error_text(err.getvalue()) or "vLLM's parser exited with %s" % exc.code}
     except (TypeError, ValueError) as exc:
         return {"accepted": False, "error": str(exc)}
+    refused = check_kv_cache_dtype(getattr(namespace, "kv_cache_dtype", None), notes)
+    if refused:
+        return {"accepted": False, "error": refused}
     return {"accepted": True, "error": None}
+
+
+def check_kv_cache_dtype(value, notes):
+    """What vLLM's CacheConfig says of --kv-cache-dtype at engine start, or None when it takes it.
+
+    Parsers from 0.2x on have no choices for the flag (0.16.0's have), so a typo passes the parser
+    and the engine stops at start: vllm.config.cache checks it (is_known_kv_cache_dtype, or the
+    CacheDType literal in older builds)."""
+    if not isinstance(value, str) or value == "auto":
+        return None
+    try:
+        from vllm.config import cache
+    except Exception as exc:
+        notes.append("--kv-cache-dtype %s not checked against vLLM's CacheConfig: %s" % (value, one_line(exc)))
+        return None
+    import typing
+    valid = list(getattr(cache, "KV_CACHE_DTYPES", None) or typing.get_args(getattr(cache, "CacheDType", None)) or [])
+    known = getattr(cache, "is_known_kv_cache_dtype", None)
+    if known is not None:
+        try:
+            ok = bool(known(value))
+        except Exception as exc:
+            notes.append("--kv-cache-dtype %s: is_known_kv_cache_dtype failed: %s" % (value, one_line(exc)))
+            return None
+    elif valid:
+        ok = value in valid
+    else:
+        notes.append("--kv-cache-dtype %s not checked: vllm.config.cache lists no dtypes" % value)
+        return None
+    if ok:
+        return None
+    return ("--kv-cache-dtype %s: Invalid kv_cache_dtype: %r. Valid values are: %s (vLLM's CacheConfig would refuse it "
+            "when the engine starts)" % (value, value, valid))
 
 
 def main():

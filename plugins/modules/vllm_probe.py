@@ -47,6 +47,10 @@ description:
   - The server flags - O(server_args) is parsed by vLLM's own C(vllm serve) parser
     (C(make_arg_parser(FlexibleArgumentParser()))) and checked with its
     C(validate_parsed_serve_args); RV(server_args_error) is vLLM's own message.
+    A C(--kv-cache-dtype) the parser takes (0.33's parser has no choices for it) is also checked
+    with the build's C(vllm.config.cache) (C(is_known_kv_cache_dtype), else the C(CacheDType)
+    literal) - a value its C(CacheConfig) would refuse when the engine starts is rejected here,
+    with vLLM's message.
   - The module only reads. It changes nothing and always reports C(changed=false); with
     O(cache_dir) it keeps its answers there (see below), which is not a change of the host.
   - With O(cache_dir), an answer is kept under a key made of the question, the probe program, the

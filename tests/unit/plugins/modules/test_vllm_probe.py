@@ -46,8 +46,10 @@ MLA_NAMES = ["TRITON_MLA", "FLASHMLA", "FLASHINFER_MLA", "CUTLASS_MLA", "FLASH_A
 # TRITON_MLA takes an FP8 KV cache on compute capability 12.0, and which MLA backends take it on
 # 9.0 (Hopper) once the table decides for those whose kernels cannot load on this GPU-less host.
 KNOWN_BUILDS = {
-    "0.33.0": dict(commit="4ba787ec9", fp8_on_sm120=True, fp8_on_sm90=["TRITON_MLA", "FLASHMLA"]),
-    "0.16.0": dict(commit="89a77b108", fp8_on_sm120=False, fp8_on_sm90=["FLASHMLA"]),
+    "0.33.0": dict(commit="4ba787ec9", fp8_on_sm120=True, fp8_on_sm90=["TRITON_MLA", "FLASHMLA"],
+                   typo="--kv-cache-dtype fp8_e4m4: Invalid kv_cache_dtype: 'fp8_e4m4'. Valid values are: ['auto', "),
+    "0.16.0": dict(commit="89a77b108", fp8_on_sm120=False, fp8_on_sm90=["FLASHMLA"],
+                   typo="vllm serve: error: argument --kv-cache-dtype: invalid choice: 'fp8_e4m4'"),
 }
 
 
@@ -117,9 +119,10 @@ def table_run(real):
 
 @pytest.fixture(scope="module")
 def hopper_run(real):
-    """Kimi-K2.5-NVFP4 asked about compute capability 9.0 on this GPU-less host."""
+    """Kimi-K2.5-NVFP4 asked about compute capability 9.0 on this GPU-less host, with a typo in
+    --kv-cache-dtype (0.33.0's parser has no choices for it: only its CacheConfig refuses it)."""
     return run_probe(dict(python=real["python"], model_path=KIMI, compute_capability="9.0",
-                          environment=real["environment"]))
+                          environment=real["environment"], server_args=[KIMI, "--kv-cache-dtype", "fp8_e4m4"]))
 
 
 def undetermined_here(run):
@@ -197,6 +200,13 @@ def test_real_vllm_on_hopper_a_backend_that_cannot_load_here_is_undetermined_not
     triton = by_name(hopper_run)["TRITON_MLA"]
     assert triton["accepts"] is ("TRITON_MLA" in real["fp8_on_sm90"])
     assert "TRITON_MLA" not in undetermined_here(hopper_run)
+
+
+@pytest.mark.vllm
+def test_real_vllm_refuses_a_kv_cache_dtype_it_would_reject_at_engine_start(hopper_run, real):
+    result = hopper_run.result
+    assert result["server_args_accepted"] is False
+    assert result["server_args_error"].startswith(real["typo"]), result["server_args_error"]
 
 
 @pytest.mark.vllm
