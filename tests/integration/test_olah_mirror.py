@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import missing_prerequisite
+
 ROOT = Path(__file__).resolve().parents[2]
 HUB = ROOT / "tests" / "hub"
 REPO_ID = "nvidia/Kimi-K2.5-NVFP4"
@@ -41,7 +43,6 @@ synthetic = _load("fleet_vllm_synthetic_repo", HUB / "synthetic_repo.py")
 SNAPSHOT = """
 import json, sys
 from huggingface_hub import snapshot_download
-from conftest import missing_prerequisite
 path = snapshot_download(sys.argv[1], revision=sys.argv[2], local_dir=sys.argv[3])
 print(json.dumps({"path": path}))
 """

@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 from ansible.errors import AnsibleFilterError
+from conftest import prerequisite
 
 from ansible_collections.fleet.vllm.plugins.filter.systemd_exec_args import systemd_exec_args
 from ansible_collections.fleet.vllm.plugins.filter.vllm_server_argv import vllm_server_argv
@@ -158,7 +159,6 @@ def test_real_vllm_parser_accepts_the_seed_argv(vllm_venv, vllm_env):
 import json, sys
 from vllm.entrypoints.common import cli_args
 from vllm.utils.argparse_utils import FlexibleArgumentParser
-from conftest import prerequisite
 parser = cli_args.make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
 ns = parser.parse_args(json.loads(sys.argv[1]))
 cli_args.validate_parsed_serve_args(ns)
