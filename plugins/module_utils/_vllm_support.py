@@ -5,29 +5,27 @@
 
 fleet.vllm.vllm_probe asks the installed vLLM's own attention backend classes which KV-cache
 dtypes they accept on a compute capability. vLLM's internals move between nightlies; when they
-cannot be read, the answer comes from this table, built from the backend classes of the wheels
-on PyPI (``supported_kv_cache_dtypes`` and ``supports_compute_capability`` in
-``vllm/v1/attention/backends/``, read in 0.14.0, 0.14.1, 0.15.0, 0.15.1, 0.16.0, 0.17.0, 0.17.1,
-0.18.0, 0.18.1, 0.19.0 and 0.33.0) and from vLLM's commit history:
+cannot be read, the answer comes from this table. Every row names its source in
+docs/vllm-support.md: the backend classes of the wheels on PyPI (``supported_kv_cache_dtypes``
+and ``supports_compute_capability`` in ``vllm/v1/attention/backends/``, read in 0.14.0, 0.14.1,
+0.15.0, 0.15.1, 0.16.0, 0.17.1, 0.18.0, 0.19.0, 0.19.1, 0.20.0-0.20.2, 0.21.0, 0.32.0 and
+0.33.0) and vLLM's commit history. The table answers "supported" only where that is proven; a
+build it cannot place is "undetermined", which counts as "not supported" (a wrong "no" costs KV
+memory, a wrong "yes" stops the server at start):
 
 * ``TRITON_MLA``, the only dense MLA backend on compute capability 12.x, gained ``fp8`` and
-  ``fp8_e4m3`` KV caches with commit a1257fd1ea93 (PR #34597), merged to main on
-  2026-03-12T15:32:34Z. Release 0.17.1 (PyPI, 2026-03-11, commit 95c0f928c) does not have it;
-  0.18.0 (PyPI, 2026-03-20, commit bcf2be961) is the first release that does, and every later
-  release keeps it (0.18.1, 0.19.0, 0.33.0 read).
-* Nightly builds are versioned ``<next>rc<N>.dev<D>+g<sha>`` (``git describe`` distance D from
-  the last tag on main). Main was on the ``0.17.1rc1`` line from before 2026-03-12 to after
-  2026-03-24 (0.17.1rc1.dev88+g36735fd77 on 2026-03-12, 0.17.1rc1.dev96+g57431d823 is commit
-  57431d8 of 2026-03-12T09:19Z, 0.17.1rc1.dev171+ga3e2e250f built 2026-03-24). Main's history is
-  linear (squash merges) and ten commits were merged after 57431d8 up to a1257fd1ea93, so that
-  commit is 0.17.1rc1.dev106: a build of that line has it from dev106 on. Lines of an earlier
-  version (0.16.0rc2.dev313, the seed's build, 0.17.0rcN.devD) predate it; lines of a later
-  version than 0.18.0 come after it. Pre-releases of 0.18.0 itself are counted as without it:
-  when the release branch took it is not recorded, and the safe answer costs only KV memory.
-* A local version segment ``d<YYYYMMDD>`` (setuptools-scm's build date of a modified tree)
-  earlier than the merge date proves the commit absent.
-* Explicit ``--kv-cache-dtype bfloat16`` for TRITON_MLA came in 0.15.0 (0.14.x accepted only
-  ``auto``, issue #34752); ``float16`` came to the MLA backends in 0.18.0.
+  ``fp8_e4m3`` KV caches with commit a1257fd1ea93 (PR #34597), merged to main on 2026-03-12.
+  Release 0.17.1 (commit 95c0f928c) does not have it; 0.18.0 (commit bcf2be961) is the first
+  release that does, and every later release read keeps it. Proven present: releases from 0.18.0
+  on, the commit itself and the release commits read (FP8_TRITON_MLA_RELEASE_COMMITS), and
+  pre-releases or nightlies of lines opened after 0.18.0 (a nightly's version counts from the
+  last tag of main, set after the releases it follows). Proven absent: releases before 0.18.0,
+  nightlies of older lines (0.16.0rc2.dev313, the seed's build; 0.17.0rcN.devD) and builds whose
+  ``d<YYYYMMDD>`` local segment predates the merge. Undetermined: nightlies of the 0.17.1rc1
+  line (main's line when it was merged: which dev number first has it is not proven by any
+  complete history) and pre-releases of 0.17.1 and 0.18.0.
+* Explicit ``bfloat16`` came to every backend in 0.15.0 (0.14.0 and 0.14.1 list none: issue
+  #34752); ``float16`` came to every backend, MLA and standard, in 0.18.0 (0.17.1 lists none).
 * Triton's FP8 cast (``fp8e4nv``) needs SM 8.9 or later; vLLM rejects FP8 KV on older GPUs for
   its Triton backends (PRs #43914, #47060), and earlier builds fail later while compiling.
 
@@ -125,26 +123,44 @@ def _release_str(release):
 class Feature(object):
     """A capability vLLM gained at a known point of its history.
 
-    ``first_release``: the first release version that has it (a tuple). ``nightly``: the main
-    line a dev build of which has it from dev ``D`` on, as ``((release, pre), D)``, or None
-    when only releases are known. ``commit``/``merged``: the commit and its merge date, when
-    it is one commit. ``what``: how the evidence names it.
+    ``first_release``: the first release that has it (a tuple), read from the wheels on PyPI.
+    ``merged_line``: the ``(release, pre)`` of the nightly line main was on when it was merged
+    (its nightlies are undetermined: which dev number has it is not proven), or None.
+    ``commit``/``merged``: the commit and its merge date, when it is one commit.
+    ``commits_with``: commits whose source was read and has it (``{sha prefix: where read}``).
+    ``what``: how the evidence names it.
+
+    present() answers True (proven present), False (proven absent, or a build older than the
+    first release) or None (undetermined: a nightly or pre-release whose history is not proven).
     """
 
-    def __init__(self, name, what, first_release, nightly=None, commit=None, merged=None):
+    def __init__(self, name, what, first_release, merged_line=None, commit=None, merged=None, commits_with=None):
         self.name = name
         self.what = what
         self.first_release = first_release
-        self.nightly = nightly
+        self.merged_line = merged_line
         self.commit = commit
         self.merged = merged
+        self.commits_with = dict(commits_with or {})
+
+    def listed(self, shas):
+        """Where a commit of ``shas`` is known to have it, or None."""
+        known = dict(self.commits_with)
+        if self.commit:
+            known[self.commit] = "commit %s itself" % self.commit[:12]
+        for sha in shas:
+            for full, where in sorted(known.items()):
+                if len(sha) >= 7 and (full.startswith(sha) or sha.startswith(full)):
+                    return "commit %s, %s" % (sha, where)
+        return None
 
     def present(self, info, commit=None):
-        """(bool, why) for the build described by ``info`` (parse_version) and its ``commit``."""
+        """(True, False or None, why) for the build described by ``info`` (parse_version) and its ``commit``."""
         first = _release_str(self.first_release)
         shas = [sha for sha in (normalise_commit(commit), info["sha"]) if sha]
-        if self.commit and any(self.commit.startswith(sha) for sha in shas):
-            return True, "%s: this build is commit %s itself" % (self.what, self.commit[:12])
+        where = self.listed(shas)
+        if where:
+            return True, "%s: this build is %s, which has it" % (self.what, where)
         if self.merged and info["build_date"] and info["build_date"] < self.merged:
             return False, "%s: built on %s, before commit %s was merged (%s)" % (
                 self.what, info["build_date"], (self.commit or "")[:12], self.merged)
@@ -154,38 +170,59 @@ class Feature(object):
                     self.what, _release_str(info["release"]), first)
             return False, "%s: release %s predates %s, the first release with it" % (
                 self.what, _release_str(info["release"]), first)
-        line = "%s%s" % (_release_str(info["release"]), "%s%d" % info["pre"] if info["pre"] else "")
+        line = (info["release"], info["pre"])
+        line_text = "%s%s" % (_release_str(info["release"]), "%s%d" % info["pre"] if info["pre"] else "")
+        undetermined = ("%s: %s is a pre-release or nightly of the %s line, and no source read proves whether it "
+                        "has it (releases from %s on, later lines and the commits listed in fleet.vllm's table "
+                        "are proven): undetermined, counted as without it; ask the build itself "
+                        "(method=introspection)" % (self.what, info["version"], line_text, first))
         if info["release"] > self.first_release:
-            return True, "%s: a pre-release or nightly of %s, a line opened after %s shipped with it" % (
-                self.what, line, first)
-        if self.nightly:
-            (release, pre), first_dev = self.nightly
-            if info["release"] == release and info["pre"] == pre and info["dev"] is not None:
-                nightly_line = "%s%s%d" % (_release_str(release), pre[0], pre[1])
-                if info["dev"] >= first_dev:
-                    return True, "%s: nightly %s.dev%d is at or after %s.dev%d, where it was merged" % (
-                        self.what, nightly_line, info["dev"], nightly_line, first_dev)
-                return False, "%s: nightly %s.dev%d predates %s.dev%d, where it was merged" % (
-                    self.what, nightly_line, info["dev"], nightly_line, first_dev)
+            return True, ("%s: %s is a pre-release or nightly of the %s line, opened after release %s shipped "
+                          "with it (a nightly's version is counted from the last tag of main, set after the "
+                          "releases it follows)" % (self.what, info["version"], line_text, first))
         if info["release"] == self.first_release:
-            return False, ("%s: pre-release or nightly %s of %s, not known to have it (only the %s release "
-                           "is); counted as without it" % (self.what, info["version"], first, first))
-        return False, "%s: pre-release or nightly %s predates %s, the first release with it" % (
-            self.what, info["version"], first)
+            return None, undetermined
+        if self.merged_line is not None:
+            if line == self.merged_line:
+                return None, undetermined
+            if _line_key(line) > _line_key(self.merged_line):
+                return None, undetermined
+        return False, "%s: pre-release or nightly %s is of a line older than %s, where it came" % (
+            self.what, info["version"], _release_str(self.merged_line[0]) + "%s%d" % self.merged_line[1]
+            if self.merged_line else first)
 
+
+def _line_key(line):
+    """Order (release, pre) lines: a pre-release comes before its final release."""
+    release, pre = line
+    return (release, 0, pre[0], pre[1]) if pre else (release, 1, "", 0)
+
+
+# Release commits read from the wheels on PyPI (vllm/_version.py __commit_id__), whose
+# vllm/v1/attention/backends/mla/triton_mla.py lists fp8 and fp8_e4m3 (docs/vllm-support.md).
+FP8_TRITON_MLA_RELEASE_COMMITS = {
+    "bcf2be961": "release 0.18.0", "2a69949bd": "release 0.19.0", "b1388b1fb": "release 0.19.1",
+    "b8160878f": "release 0.20.0", "132765e35": "release 0.20.1", "bc150f502": "release 0.20.2",
+    "ad7125a43": "release 0.21.0", "5df63a720": "release 0.32.0", "4ba787ec9": "release 0.33.0",
+}
 
 FP8_TRITON_MLA = Feature(
     "fp8_triton_mla",
     "TRITON_MLA fp8 KV cache (commit a1257fd1ea93, PR #34597, merged %s)" % FP8_TRITON_MLA_MERGED,
     (0, 18, 0),
-    nightly=(((0, 17, 1), ("rc", 1)), 106),
+    merged_line=((0, 17, 1), ("rc", 1)),
     commit=FP8_TRITON_MLA_COMMIT,
     merged=FP8_TRITON_MLA_MERGED,
+    commits_with=FP8_TRITON_MLA_RELEASE_COMMITS,
 )
-BF16_TRITON_MLA = Feature("bf16_triton_mla", "TRITON_MLA explicit bfloat16 KV cache", (0, 15, 0))
+# Explicit bfloat16 came to every attention backend in 0.15.0: 0.14.0 and 0.14.1 list none
+# (TRITON_MLA and FLASH_ATTN_MLA take only auto, FLASHMLA/FLASHINFER_MLA/CUTLASS_MLA auto and fp8,
+# FLASH_ATTN's supports_kv_cache_dtype only auto), 0.15.0 lists bfloat16 everywhere.
+BF16_MLA = Feature("bf16_mla", "explicit bfloat16 KV cache for the MLA backends", (0, 15, 0))
+BF16_STANDARD = Feature("bf16_standard", "explicit bfloat16 KV cache for the standard backends", (0, 15, 0))
+# float16 came to every backend, MLA and standard, in 0.18.0 (0.17.1 lists none).
 FP16_MLA = Feature("fp16_mla", "float16 KV cache for the MLA backends", (0, 18, 0))
-BF16_STANDARD = Feature("bf16_standard", "explicit bfloat16 KV cache for the standard backends", (0, 16, 0))
-FP16_STANDARD = Feature("fp16_standard", "float16 KV cache for the standard backends", (0, 33, 0))
+FP16_STANDARD = Feature("fp16_standard", "float16 KV cache for the standard backends", (0, 18, 0))
 
 FP8_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")
 
@@ -208,24 +245,28 @@ def _between(low, high):
 TABLE = {
     "TRITON_MLA": ("mla", lambda cap: True, "any", [
         (("auto",), None),
-        (("bfloat16",), BF16_TRITON_MLA),
+        (("bfloat16",), BF16_MLA),
         (("fp8", "fp8_e4m3"), FP8_TRITON_MLA),
         (("float16",), FP16_MLA),
     ], True, "the only dense MLA backend on compute capability 12.x"),
     "FLASHMLA": ("mla", _major_in(9, 10), "9.x and 10.x", [
-        (("auto", "bfloat16", "fp8", "fp8_e4m3"), None),
+        (("auto", "fp8", "fp8_e4m3"), None),
+        (("bfloat16",), BF16_MLA),
         (("float16",), FP16_MLA),
     ], False, ""),
     "FLASHINFER_MLA": ("mla", _major_in(10), "10.x", [
-        (("auto", "bfloat16", "fp8", "fp8_e4m3"), None),
+        (("auto", "fp8", "fp8_e4m3"), None),
+        (("bfloat16",), BF16_MLA),
         (("float16",), FP16_MLA),
     ], False, ""),
     "CUTLASS_MLA": ("mla", _major_in(10), "10.x", [
-        (("auto", "bfloat16", "fp8", "fp8_e4m3"), None),
+        (("auto", "fp8", "fp8_e4m3"), None),
+        (("bfloat16",), BF16_MLA),
         (("float16",), FP16_MLA),
     ], False, ""),
     "FLASH_ATTN_MLA": ("mla", _major_in(9), "9.x", [
-        (("auto", "bfloat16"), None),
+        (("auto",), None),
+        (("bfloat16",), BF16_MLA),
         (("float16",), FP16_MLA),
     ], False, ""),
     "FLASH_ATTN": ("standard", _at_least((8, 0)), "8.0 and later", [
@@ -291,15 +332,20 @@ def table_backends(version, commit, kv_cache_dtype, attention_kind, capability):
             if present:
                 dtypes.extend(group)
             else:
-                missing.append((group, why))
+                missing.append((group, present, why))
             if kv_cache_dtype in group and why not in evidence:
                 evidence.append(why)
         reasons = []
         if kv_cache_dtype not in dtypes:
-            reason = "kv_cache_dtype not supported: %s takes %s in vLLM %s" % (name, ", ".join(dtypes), version)
-            for group, why in missing:
-                if kv_cache_dtype in group:
-                    reason += " (%s)" % why
+            undetermined = [why for group, present, why in missing if kv_cache_dtype in group and present is None]
+            if undetermined:
+                reason = "kv_cache_dtype undetermined: %s takes %s in vLLM %s for certain (%s)" % (
+                    name, ", ".join(dtypes), version, "; ".join(undetermined))
+            else:
+                reason = "kv_cache_dtype not supported: %s takes %s in vLLM %s" % (name, ", ".join(dtypes), version)
+                for group, present, why in missing:
+                    if kv_cache_dtype in group:
+                        reason += " (%s)" % why
             reasons.append(reason)
         elif fp8_needs_sm89 and kv_cache_dtype in FP8_DTYPES and capability < (8, 9):
             reasons.append("kv_cache_dtype not supported: FP8 KV in %s needs compute capability 8.9 or later "

@@ -69,6 +69,17 @@ options:
       - Name of the record file, in O(path), that holds what O(state=absent) removed.
     type: str
     default: .fleet-vllm-kv-cache.json
+  vllm_version:
+    description:
+      - The version of the vLLM that will serve the model (C(vllm.__version__)), for the
+        RV(kv_cache_dtype_before), RV(kv_cache_dtype_after) and RV(kv_cache_dtype_checkpoint) reports, which
+        follow the collection's copy of vLLM's rules (C(module_utils/_kv_cache.py)); those changed between
+        releases (NVFP4 KV from 0.20.0, C(MIXED_PRECISION) from 0.33.0, a nested C(text_config) declaration
+        read for C(kimi_k25) before 0.32.0).
+      - Unset, or a pre-release or nightly, the reports predict a quantized KV cache wherever any release would.
+        They are a report and a question to ask - the installed vLLM's own answer (M(fleet.vllm.vllm_probe))
+        decides whether a backend takes it. Which declarations are removed does not depend on it.
+    type: str
 notes:
   - An explicit C(--kv-cache-dtype bfloat16) is the alternative to editing the checkpoint, but it
     has failed in some vLLM versions; never use C(float16) for a bf16 model.
@@ -289,7 +300,7 @@ class KvCacheConfig(object):
         config = files[CONFIG_FILE]["doc"]
         hf_quant = files[HF_QUANT_FILE]["doc"] if HF_QUANT_FILE in files else None
         try:
-            return resolve_kv_cache_dtype(config, hf_quant)
+            return resolve_kv_cache_dtype(config, hf_quant, vllm_version=self.module.params["vllm_version"])
         except QuantConfigError as exc:
             self.fail("%s: %s" % (self.path, to_native(exc)))
 
@@ -497,6 +508,7 @@ def main():
             state=dict(type="str", choices=["absent", "present"], default="absent"),
             backup=dict(type="bool", default=False),
             record_name=dict(type="str", default=".fleet-vllm-kv-cache.json"),
+            vllm_version=dict(type="str"),
         ),
         supports_check_mode=True,
     )

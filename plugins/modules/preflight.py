@@ -131,6 +131,11 @@ options:
     description:
       - The C(NCCL_*) environment variables planned for the vLLM service on this host, to check
         them against the topology.
+      - C(NCCL_P2P_DISABLE) and C(NCCL_P2P_LEVEL) are read as NCCL reads them (C(ncclGetLevel) in
+        NCCL's C(src/graph/paths.cc)) - C(NCCL_P2P_DISABLE=1) means V(LOC) and wins; a level is a
+        path type's exact upper-case name (V(LOC), V(NVL), V(NVB), V(C2C), V(PIX), V(PXB), V(P2C),
+        V(PXN), V(PHB), V(SYS)) or an old-style number, 0=LOC, 1=PIX, 2=PXB, 3=PHB, 4=SYS and 5 or
+        more SYS (NVL has no number). Any other C(NCCL_P2P_LEVEL), which NCCL ignores, is a problem.
     type: dict
     default: {}
   kv_cache_dtype:
@@ -288,7 +293,9 @@ measured:
                "bridges": [{"address": "0000:00:01.1", "acs": "enabled", "control": 29,
                             "flags": ["SrcValid", "ReqRedir", "CmpltRedir", "UpstreamFwd"]}]}
     nccl:
-      description: C(env) (O(nccl_env) as strings), C(p2p_disabled) and C(p2p_level).
+      description:
+        - C(env) (O(nccl_env) as strings), C(p2p_disabled) and C(p2p_level), the path type NCCL uses as
+          its peer-to-peer limit (V(LOC) when disabled; V(null) when not set, or set to a value NCCL ignores).
       type: dict
       sample: {"env": {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL"}, "p2p_disabled": false, "p2p_level": "SYS"}
     kv_cache_dtype:
@@ -338,8 +345,47 @@ ACS_REDIRECT_MASK = 0x0001 | 0x0004 | 0x0008
 CROSS_SOCKET_LINKS = ("SYS", "SOC")  # SOC is the old name of SYS in nvidia-smi topo -m
 SHM_LEFTOVER_PREFIXES = ("psm_", "sem.mp-", "vllm_offload_")
 IOMMU_CMDLINE_KEYS = ("iommu", "intel_iommu", "amd_iommu", "iommu.passthrough", "iommu.strict")
-NCCL_P2P_LEVELS = {"0": "LOC", "1": "NVL", "2": "PIX", "3": "PXB", "4": "PHB", "5": "SYS"}
+# How NCCL reads NCCL_P2P_LEVEL (ncclGetLevel in src/graph/paths.cc, NCCL master 5067397c of 2026-06-11):
+# the name of a path type up to SYS, compared case-sensitively (topoPathTypeStr in src/graph/topo.cc), or,
+# when the value starts with a digit, an old-style number read with strtol(value, NULL, 0) through
+# levelsOldToNew (0=LOC, 1=PIX, 2=PXB, 3=PHB, 4=SYS, 5=SYS, larger numbers count as 5; NVL has no number).
+# Anything else is ignored and NCCL picks its own level. NCCL_P2P_DISABLE set to a number equal to 1
+# (strtol) means LOC and wins over NCCL_P2P_LEVEL.
+NCCL_P2P_LEVEL_NAMES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
+NCCL_P2P_LEVEL_NUMBERS = ("LOC", "PIX", "PXB", "PHB", "SYS", "SYS")
+_C_LONG = re.compile(r"^[ \t\n\v\f\r]*([+-]?)(0[xX](?=[0-9a-fA-F])[0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")
 FLOAT16_NAMES = ("float16", "half", "fp16")
+
+
+def c_strtol(text):
+    """What C's strtol(text, NULL, 0) returns (leading white space, a sign, 0x for hex, 0 for octal,
+    digits up to the first that does not fit), as NCCL reads its numeric variables; 0 when nothing parses."""
+    match = _C_LONG.match(text)
+    if not match:
+        return 0
+    sign, digits = match.groups()
+    value = int(digits, 16) if digits[:2].lower() == "0x" else int(digits, 8) if digits.startswith("0") else int(digits)
+    return -value if sign == "-" else value
+
+
+def nccl_p2p_level(env):
+    """(level, ignored) as NCCL reads NCCL_P2P_DISABLE / NCCL_P2P_LEVEL from ``env`` (strings).
+
+    ``level`` is the path type NCCL uses as the P2P limit (None when unset: NCCL's own choice);
+    ``ignored`` is an NCCL_P2P_LEVEL value NCCL does not understand and ignores, else None.
+    """
+    disable = env.get("NCCL_P2P_DISABLE")
+    if disable is not None and c_strtol(disable) == 1:
+        return "LOC", None
+    value = env.get("NCCL_P2P_LEVEL")
+    if value is None or value == "":
+        return None, None
+    if value in NCCL_P2P_LEVEL_NAMES:
+        return value, None
+    if value[0] in "0123456789":
+        number = c_strtol(value)
+        return NCCL_P2P_LEVEL_NUMBERS[min(number, len(NCCL_P2P_LEVEL_NUMBERS) - 1)], None
+    return None, value
 
 
 def gb(value):
@@ -784,10 +830,17 @@ class Preflight(object):
 
     def check_nccl(self):
         env = dict((str(k), "" if v is None else str(v)) for k, v in (self.params["nccl_env"] or {}).items())
-        level = env.get("NCCL_P2P_LEVEL", "").strip().upper()
-        level = NCCL_P2P_LEVELS.get(level, level) or None
-        disabled = env.get("NCCL_P2P_DISABLE", "").strip() == "1" or level == "LOC"
+        level, ignored = nccl_p2p_level(env)
+        disabled = level == "LOC"
         self.measured["nccl"] = dict(env=env, p2p_disabled=disabled, p2p_level=level)
+        if ignored is not None:
+            self.problems.append(
+                "NCCL_P2P_LEVEL=%s in %s is not a value NCCL reads: it takes a path type by its exact upper-case "
+                "name (%s) or a number (0=LOC, 1=PIX, 2=PXB, 3=PHB, 4 and above=SYS), and ignores anything else, "
+                "choosing its own level; write one of those, or remove the key"
+                % (ignored, self.var("nccl_env"), ", ".join(NCCL_P2P_LEVEL_NAMES)))
+        shown = env.get("NCCL_P2P_LEVEL") if env.get("NCCL_P2P_LEVEL") == level else "%s (%s)" % (
+            env.get("NCCL_P2P_LEVEL"), level)
 
         info = self.params["gpu_info"]
         if not info.get("pcie_only") or (info.get("count") or 0) < 2:
@@ -806,9 +859,9 @@ class Preflight(object):
                 "NCCL_P2P_DISABLE=1 in %s" % (" and ".join(causes), self.var("nccl_env")))
         if level == "SYS" and self.measured["gpus"]["sys_pairs"] and iommu["enabled"]:
             self.warnings.append(
-                "NCCL_P2P_LEVEL=SYS in %s lets NCCL use peer-to-peer across CPU sockets (%d SYS pairs) with IOMMU on, "
+                "NCCL_P2P_LEVEL=%s in %s lets NCCL use peer-to-peer across CPU sockets (%d SYS pairs) with IOMMU on, "
                 "which can deadlock: remove it or use NCCL_P2P_LEVEL=PHB (peer-to-peer within a socket), or turn "
-                "IOMMU off" % (self.var("nccl_env"), self.measured["gpus"]["sys_pairs"]))
+                "IOMMU off" % (shown, self.var("nccl_env"), self.measured["gpus"]["sys_pairs"]))
         if acs["state"] == "unknown" and not disabled:
             self.warnings.append(
                 "the ACS state of PCI bridge %s is unknown: reading past the first 64 bytes of PCI configuration "

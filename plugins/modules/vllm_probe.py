@@ -32,15 +32,25 @@ description:
     host (no GPU, no driver) is reported with that reason.
   - When the build cannot be asked (its internals moved, RV(decided_by=table)), a table by vLLM
     version and commit answers, built from the backend classes of the releases on PyPI and
-    vLLM's history. In short - C(TRITON_MLA), the only dense MLA backend on compute capability
-    12.x, takes an FP8 KV cache from commit a1257fd1ea93 (vLLM pull request 34597, merged
-    2026-03-12) on, that is from release 0.18.0 and nightly 0.17.1rc1.dev106 on; 0.14.0, 0.16.0,
-    0.17.1 and 0.16.0rc2.dev313 have no MLA backend for FP8 KV on 12.x. The sources are listed in
-    C(plugins/module_utils/_vllm_support.py). When the build could be asked, RV(evidence) notes
-    where the table would have answered otherwise.
+    vLLM's history; it says "supported" only where that is proven, and an undetermined build
+    counts as "not supported" (the reason says so). In short - C(TRITON_MLA), the only dense MLA
+    backend on compute capability 12.x, takes an FP8 KV cache from commit a1257fd1ea93 (vLLM pull
+    request 34597, merged 2026-03-12) on, that is from release 0.18.0 on; nightlies of the
+    0.17.1rc1 line, when it was merged, are undetermined unless their commit is listed; 0.14.0,
+    0.16.0, 0.17.1 and 0.16.0rc2.dev313 have no MLA backend for FP8 KV on 12.x. The sources of
+    each row are in the collection's C(docs/vllm-support.md). When the build could be asked,
+    RV(evidence) notes where the table would have answered otherwise.
+  - A backend whose class accepts the KV-cache dtype and the compute capability but whose
+    kernels cannot be loaded on this host (a GPU-less build host asked about compute capability
+    9.0 or 10.0) is undetermined here, not refused - the table answers for it, and RV(evidence)
+    says so.
   - The server flags - O(server_args) is parsed by vLLM's own C(vllm serve) parser
     (C(make_arg_parser(FlexibleArgumentParser()))) and checked with its
     C(validate_parsed_serve_args); RV(server_args_error) is vLLM's own message.
+    A C(--kv-cache-dtype) the parser takes (0.33's parser has no choices for it) is also checked
+    with the build's C(vllm.config.cache) (C(is_known_kv_cache_dtype), else the C(CacheDType)
+    literal) - a value its C(CacheConfig) would refuse when the engine starts is rejected here,
+    with vLLM's message.
   - The module only reads. It changes nothing and always reports C(changed=false); with
     O(cache_dir) it keeps its answers there (see below), which is not a change of the host.
   - With O(cache_dir), an answer is kept under a key made of the question, the probe program, the
@@ -272,8 +282,9 @@ backend_available:
   sample: true
 decided_by:
   description:
-    - V(introspection) when vLLM's backend classes answered, V(table) when the version table did;
-      V(null) when the question was not asked.
+    - V(introspection) when vLLM's backend classes answered, V(table) when the version table did,
+      V(introspection+table) when the classes answered but the table decided for backends that are
+      undetermined on this host (see RV(evidence)); V(null) when the question was not asked.
   returned: always
   type: str
   sample: introspection
@@ -382,6 +393,7 @@ class VllmProbe(object):
             msg="",
         )
         self.evidence = self.result["evidence"]
+        self.backends_asked_about_another_dtype = False
         # Before anything can fail: every result, the invocation included, masks these values.
         for name, value in (self.params["environment"] or {}).items():
             if SECRET_NAME.search(name) and value is not None and to_native(value):
@@ -427,15 +439,16 @@ class VllmProbe(object):
         model["hf_quant"] = hf_quant
         return model
 
-    def our_resolution(self, model):
-        """The KV-cache dtype by the collection's copy of vLLM's rules, or None."""
+    def our_resolution(self, model, vllm_version=None):
+        """The KV-cache dtype by the collection's copy of vLLM's rules (those of ``vllm_version``;
+        before the build is known, those of any release), or None."""
         requested = self.params["kv_cache_dtype"]
         if requested != "auto":
             return requested
         if model is None or model["hf_quant"] is False:
             return None
         try:
-            return resolve_kv_cache_dtype(model["config"], model["hf_quant"], requested)
+            return resolve_kv_cache_dtype(model["config"], model["hf_quant"], requested, vllm_version=vllm_version)
         except QuantConfigError as exc:
             self.evidence.append("fleet.vllm's rules cannot resolve the KV-cache dtype: %s" % to_native(exc))
             return None
@@ -649,9 +662,18 @@ class VllmProbe(object):
             version or "(no version)", " commit %s" % commit if commit else "", answer.get("vllm_file"), answer.get("python")))
         return version, commit
 
-    def take_kv(self, answer, question):
+    def take_kv(self, answer, question, model, version):
         kv = answer.get("kv") or {}
         ours = question["kv_cache_dtype_fallback"]
+        if not kv.get("resolved") and ours is not None and model is not None:
+            # vLLM's own functions did not answer: the copy of its rules, now for this build's version
+            by_version = self.our_resolution(model, version)
+            if by_version != ours:
+                self.evidence.append(
+                    "fleet.vllm's copy of vLLM's rules resolves %s for vLLM %s (%s for any release, which the backends "
+                    "were asked about): the version table decides for %s" % (by_version, version, ours, by_version))
+                self.backends_asked_about_another_dtype = True
+                ours = by_version
         if kv.get("resolved"):
             resolved = kv["resolved"]
             self.evidence.append("KV-cache dtype %s resolved by vLLM (%s)" % (resolved, kv.get("by")))
@@ -676,7 +698,9 @@ class VllmProbe(object):
         if method != "table":
             probed = answer.get("backends") or {}
             results = probed.get("results") or []
-            if probed.get("error"):
+            if self.backends_asked_about_another_dtype:
+                why_not = "they were asked about kv_cache_dtype %s, not %s" % (probed.get("kv_cache_dtype"), resolved)
+            elif probed.get("error"):
                 why_not = probed["error"]
             elif not any(entry.get("answered") for entry in results):
                 why_not = "no backend class could be imported: %s" % "; ".join(
@@ -688,6 +712,7 @@ class VllmProbe(object):
                 self.result["backends"] = [dict((key, entry.get(key)) for key in BACKEND_KEYS) for entry in results]
                 self.result["decided_by"] = "introspection"
                 self.compare_with_table(version, commit, probed.get("kv_cache_dtype"), kind, capability)
+                self.decide_undetermined(results, version, commit, probed.get("kv_cache_dtype"), kind, capability)
                 self.evidence.append(
                     "asked vLLM %s's backend classes (AttentionBackendEnum[NAME].get_class(): supported_kv_cache_dtypes, "
                     "supports_compute_capability, validate_configuration) about kv_cache_dtype %s on compute capability %s, "
@@ -707,6 +732,37 @@ class VllmProbe(object):
             self.result["decided_by"] = "table"
             self.evidence.extend("table: %s" % line for line in table_evidence)
         self.result["backend_available"] = any(entry["accepts"] for entry in self.result["backends"])
+
+    def decide_undetermined(self, results, version, commit, kv_cache_dtype, kind, capability):
+        """Backends the probe could not judge here (asked about another GPU than this host's, their
+        kernels cannot load: vLLM 0.16.0's FLASHMLA on a GPU-less host says "vllm._flashmla_C is not
+        available") are not refusals: the version table decides for them, and the evidence says so."""
+        undetermined = dict((entry["name"], entry["undetermined"]) for entry in results if entry.get("undetermined"))
+        if not undetermined:
+            return
+        rows = {}
+        if version and parse_version(version) is not None and kv_cache_dtype:
+            rows = dict((row["name"], row) for row in table_backends(version, commit, kv_cache_dtype, kind, capability)[0])
+        for entry in self.result["backends"]:
+            why = undetermined.get(entry["name"])
+            if why is None:
+                continue
+            row = rows.get(entry["name"])
+            if row is None:
+                entry["reasons"] = ["undetermined here (%s), and the version table has no row for it" % why]
+                self.evidence.append("%s: undetermined on this host (%s); the version table cannot answer for it: "
+                                     "counted as not accepting" % (entry["name"], why))
+                continue
+            entry["accepts"] = row["accepts"]
+            entry["reasons"] = list(row["reasons"])
+            if entry["kv_cache_dtypes"] is None:
+                entry["kv_cache_dtypes"] = row["kv_cache_dtypes"]
+            if entry["compute_capability_supported"] is None:
+                entry["compute_capability_supported"] = row["compute_capability_supported"]
+            self.evidence.append("%s: undetermined on this host (%s), not refused; the version table decides: %s" % (
+                entry["name"], why, "accepts %s on compute capability %d.%d" % ((kv_cache_dtype,) + tuple(capability))
+                if row["accepts"] else "; ".join(row["reasons"])))
+        self.result["decided_by"] = "introspection+table"
 
     def compare_with_table(self, version, commit, kv_cache_dtype, kind, capability):
         """Note where the version table would answer otherwise than the build did: the table
@@ -774,7 +830,7 @@ class VllmProbe(object):
         else:
             self.result["cached"] = True
         version, commit = self.take_build(answer)
-        resolved = self.take_kv(answer, question)
+        resolved = self.take_kv(answer, question, model, version)
         if capability is not None:
             self.take_backends(answer, question, capability, version, commit, resolved)
         self.take_server_args(answer)

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import missing_prerequisite
+
 ROOT = Path(__file__).resolve().parents[2]
 HUB = ROOT / "tests" / "hub"
 REPO_ID = "nvidia/Kimi-K2.5-NVFP4"
@@ -51,11 +53,11 @@ def mirror(tmp_path_factory):
     """olah on 127.0.0.1:<free port> over the synthetic repo; yields a dict with url, process,
     sha, files (the repo's files on disk) and the mirrors dir."""
     if shutil.which("git") is None:
-        pytest.skip("git is not installed (olah's GitPython needs it)")
+        missing_prerequisite("git is not installed (olah's GitPython needs it)")
     try:
         olah.ensure_olah()
     except olah.OlahUnavailable as exc:
-        pytest.skip("olah's venv cannot be built (tests/hub/olah/setup.sh): %s" % exc)
+        missing_prerequisite("olah's venv cannot be built (tests/hub/olah/setup.sh): %s" % exc)
     base = tmp_path_factory.mktemp("olah")
     files = base / "files"
     synthetic.make_repo(files)

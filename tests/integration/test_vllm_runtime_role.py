@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_playbook, snapshot
+from conftest import ROOT, missing_prerequisite, run_playbook, snapshot
 
 pytestmark = [pytest.mark.integration]
 
@@ -48,7 +48,7 @@ def find_python312():
         if cand and subprocess.run([cand, "-c", "import sys; sys.exit(sys.version_info[:2] != (3, 12))"],
                                    capture_output=True, check=False).returncode == 0:
             return cand
-    pytest.skip("no Python 3.12 found (PATH or pyenv): install python3.12")
+    missing_prerequisite("no Python 3.12 found (PATH or pyenv): install python3.12")
     return None
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, ROOT, run_playbook
+from conftest import FIXTURES, ROOT, prerequisite, run_playbook
 
 pytestmark = [pytest.mark.integration]
 
@@ -49,7 +49,7 @@ def test_bad_input_fails_before_anything_changes(variables, words):
     assert not Path("/nonexistent-fleet-vllm").exists()
 
 
-@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze is not installed")
+@prerequisite(shutil.which("systemd-analyze"), reason="systemd-analyze is not installed (Debian: systemd)")
 def test_rendered_unit_passes_systemd_analyze_verify(tmp_path):
     python = tmp_path / "venv" / "bin" / "python"
     python.parent.mkdir(parents=True)

@@ -54,6 +54,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from vllm import __version__
 from vllm import _fleet_kv_rules as kv_rules
+from vllm.config import cache as cache_config
 from vllm import _fleet_support_rules as support_rules
 
 LOAD_SECONDS_ENV = "FLEET_VLLM_SIM_LOAD_SECONDS"
@@ -553,7 +554,13 @@ def run(args):
     described = support_rules.describe_model(config)
     requested = getattr(args, "kv_cache_dtype", None) or "auto"
     try:
-        kv_cache_dtype = kv_rules.resolve_kv_cache_dtype(config, hf_quant, requested)
+        cache_config.validate_cache_dtype(requested)
+    except ValueError as exc:  # pydantic's ValidationError around CacheConfig's ValueError, in vLLM
+        sys.stderr.write("(APIServer pid=%d) pydantic_core._pydantic_core.ValidationError: 1 validation error for "
+                         "CacheConfig\ncache_dtype\n  Value error, %s\n" % (PID, exc))
+        return 1
+    try:
+        kv_cache_dtype = kv_rules.resolve_kv_cache_dtype(config, hf_quant, requested, vllm_version=__version__)
     except kv_rules.QuantConfigError as exc:
         sys.stderr.write("(APIServer pid=%d) ValueError: %s\n" % (PID, exc))
         return 1

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import prerequisite
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "tests" / "hub" / "synthetic_repo.py"
@@ -158,7 +159,7 @@ def test_rejects_tiny_shards(tmp_path):
         synthetic.make_repo(tmp_path, shards=0)
 
 
-@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+@prerequisite(shutil.which("git"), reason="git is not installed")
 def test_git_commit_is_deterministic_and_plain(repo, tmp_path):
     dest, summary = repo
     sha = synthetic.make_git_repo(dest, tmp_path / "one.git")

@@ -11,13 +11,13 @@ import time
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, prerequisite
 
 SCRIPT = ROOT / "roles" / "vllm_server" / "files" / "cleanup"
 SERVICE_UID = 54321
 NOBODY = 65534
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to own files and run processes as other users")
+pytestmark = prerequisite(os.geteuid() == 0, reason="needs root to own files and run processes as other users")
 
 
 def as_uid(uid):

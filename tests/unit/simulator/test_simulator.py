@@ -343,3 +343,31 @@ def test_collection_probe_reads_the_simulator(new_venv):
     assert "error" in answer["kv"] and answer["backends"]["error"], "no vLLM internals: the module falls back"
     rejected = probe([str(KIMI), "--no-such-flag"])["server_args"]
     assert rejected["accepted"] is False and "unrecognized arguments: --no-such-flag" in rejected["error"]
+    # a --kv-cache-dtype the parser takes but the engine would refuse at start: refused here too
+    typo = probe([str(KIMI), "--kv-cache-dtype", "fp8_e4m4"])["server_args"]
+    assert typo["accepted"] is False
+    assert typo["error"].startswith("--kv-cache-dtype fp8_e4m4: Invalid kv_cache_dtype: 'fp8_e4m4'. Valid values are: "
+                                    "['auto', 'float16', 'bfloat16', 'fp8', 'fp8_e4m3'")
+
+
+def test_new_build_refuses_an_unknown_kv_cache_dtype_at_engine_start(new_venv):
+    """vLLM 0.33's parser has no choices for --kv-cache-dtype; its CacheConfig refuses a typo."""
+    result = run(new_venv, [str(KIMI), "--kv-cache-dtype", "fp8_e4m4"] + SEED_ARGS)
+    assert result.returncode == 1, result
+    assert "Value error, Invalid kv_cache_dtype: 'fp8_e4m4'. Valid values are: ['auto', 'float16'," in result.stderr
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("version, simulated", [("0.16.0", OLD), ("0.33.0", NEW)])
+def test_simulated_kv_cache_dtypes_are_the_real_builds(version, simulated, vllm_env, tmp_path_factory, wheelhouse):
+    """The simulator's vllm.config.cache lists what the real build's CacheDType lists."""
+    from conftest import _vllm_venv
+
+    real = _vllm_venv(version)
+    code = "import typing; from vllm.config.cache import CacheDType; print(list(typing.get_args(CacheDType)))"
+    proc = subprocess.run([str(real / "bin" / "python"), "-c", code], capture_output=True, text=True, env=vllm_env,
+                          timeout=300, check=True)
+    venv = _venv(tmp_path_factory, wheelhouse, simulated)
+    sim = subprocess.run([str(venv / "bin" / "python"), "-c", code],
+                         capture_output=True, text=True, env=sim_env(), timeout=30, check=True)
+    assert sim.stdout.strip() == proc.stdout.strip().splitlines()[-1]

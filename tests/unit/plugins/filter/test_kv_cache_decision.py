@@ -51,6 +51,20 @@ def test_auto_without_probe_answer_is_an_error(probe):
         kv_cache_decision("auto", "fp8_e4m3", probe)
 
 
+def test_a_failed_probe_never_strips():
+    """vllm_probe fails with every return key, backend_available included (False once computed):
+    a failed run must stop the play, not strip the checkpoint silently."""
+    failed = dict(OLD, failed=True, msg="the probe run with /opt/vllm/current/bin/python did not answer within 300 s")
+    with pytest.raises(AnsibleFilterError, match="did not answer within 300 s"):
+        kv_cache_decision("auto", "fp8_e4m3", failed)
+
+
+def test_a_probe_that_did_not_ask_the_backends_is_an_error():
+    unasked = dict(OLD, backend_available=None, backends=[], msg="vLLM 0.16.0")
+    with pytest.raises(AnsibleFilterError, match="did not \\(no compute_capability given\\): vLLM 0.16.0"):
+        kv_cache_decision("auto", "fp8_e4m3", unasked)
+
+
 def test_unknown_policy_names_the_variable():
     with pytest.raises(AnsibleFilterError, match="vllm_kv_cache_policy is 'sometimes'"):
         kv_cache_decision("sometimes", "fp8_e4m3", None)

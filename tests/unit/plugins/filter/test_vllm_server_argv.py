@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 from ansible.errors import AnsibleFilterError
+from conftest import prerequisite
 
 from ansible_collections.fleet.vllm.plugins.filter.systemd_exec_args import systemd_exec_args
 from ansible_collections.fleet.vllm.plugins.filter.vllm_server_argv import vllm_server_argv
@@ -133,7 +134,7 @@ def test_exec_line_refuses(argv):
         systemd_exec_args(argv)
 
 
-@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze is not installed")
+@prerequisite(shutil.which("systemd-analyze"), reason="systemd-analyze is not installed (Debian: systemd)")
 @pytest.mark.parametrize("value", ["a b", 'say "hi"', "it's", "100%", "%h", "back\\slash", "semi;colon", "x$$y"])
 def test_real_systemd_reads_the_word_back(tmp_path, value):
     """Real systemd as the oracle: systemd-analyze verify reports the executable of an ExecStart

@@ -53,9 +53,11 @@ def test_commit_normalised():
     assert normalise_commit(None) is None
 
 
-# Whether a build has commit a1257fd1ea93 (FP8 KV in TRITON_MLA). Releases read from the PyPI
-# wheels; the nightly shas are real commits of main (0.17.1rc1.dev96 = 57431d8 of 2026-03-12
-# 09:19Z, dev105 = abcffbb merged ten minutes before a1257fd, dev106 = a1257fd itself).
+# Whether a build has commit a1257fd1ea93 (FP8 KV in TRITON_MLA): True (proven), False, or None
+# (undetermined: counted as without it). Releases and their commits read from the PyPI wheels
+# (docs/vllm-support.md); the nightly shas are real commits of main (0.17.1rc1.dev96 = 57431d8 of
+# 2026-03-12 09:19Z). Which dev number of the 0.17.1rc1 line first has it is not proven, so
+# every nightly of that line is undetermined unless its commit is listed.
 FP8_CASES = [
     ("0.14.0", None, False),
     ("0.16.0", "g89a77b108", False),
@@ -66,15 +68,22 @@ FP8_CASES = [
     ("0.19.0", None, True),
     ("0.33.0", "g4ba787ec9", True),
     ("0.33.0+cu129", None, True),
-    ("0.16.0rc2.dev313+g4ba787ec9", None, False),
+    ("0.16.0rc2.dev313+g4ba787ec9", None, True),  # the commit is listed: release 0.33.0's
+    ("0.16.0rc2.dev313+g5d5bd5c9d", None, False),
     ("0.17.0rc2.dev40+g1234567", None, False),
-    ("0.17.1rc1.dev96+g57431d823.d20260312", None, False),
-    ("0.17.1rc1.dev105+gabcffbba8", None, False),
-    ("0.17.1rc1.dev106+ga1257fd1e", None, True),
-    ("0.17.1rc1.dev171+ga3e2e250f.d20260324", None, True),
-    ("0.17.1rc1.dev300+g1234567.d20260301", None, False),
     ("0.17.1rc0", None, False),
-    ("0.18.0rc1", None, False),
+    ("0.17.1rc1.dev96+g57431d823.d20260312", None, None),
+    ("0.17.1rc1.dev105+gabcffbba8", None, None),
+    ("0.17.1rc1.dev106+gabcdef012", None, None),
+    ("0.17.1rc1.dev107+gabcdef012", None, None),
+    ("0.17.1rc1.dev106+ga1257fd1e", None, True),
+    ("0.17.1rc1.dev250", "a1257fd1ea93da6e27b31e4739ac2707781d8ba7", True),
+    ("0.17.1rc1.dev171+ga3e2e250f.d20260324", None, None),
+    ("0.17.1rc1.dev300+g1234567.d20260301", None, False),  # built before the merge: proven absent
+    ("0.17.1rc2", None, None),
+    ("0.18.0rc1", None, None),
+    ("0.18.0rc2.dev3+g0123456", None, None),
+    ("0.18.0rc1.dev9+gbcf2be961", None, True),
     ("0.18.1rc1.dev5+g0123456", None, True),
     ("0.19.0rc1", None, True),
     ("0.0.0+unknown", "a1257fd1ea93", True),
@@ -86,6 +95,23 @@ def test_fp8_triton_mla_by_version_and_commit(version, commit, expected):
     present, why = FP8_TRITON_MLA.present(parse_version(version), commit)
     assert present is expected, why
     assert "a1257fd1ea93" in why
+    if expected is None:
+        assert "undetermined, counted as without it" in why
+
+
+def test_an_undetermined_nightly_strips_and_says_so():
+    """A nightly of the 0.17.1rc1 line: TRITON_MLA is not counted as taking fp8 on 12.0, and the
+    reason says the answer is undetermined, not that vLLM refuses it."""
+    backends, evidence = table_backends("0.17.1rc1.dev140+g0123456", None, "fp8_e4m3", "mla", (12, 0))
+    assert capable(backends) == []
+    triton = by_name(backends)["TRITON_MLA"]
+    assert triton["kv_cache_dtypes"] == ["auto", "bfloat16"]
+    assert triton["reasons"][0].startswith(
+        "kv_cache_dtype undetermined: TRITON_MLA takes auto, bfloat16 in vLLM 0.17.1rc1.dev140+g0123456 for certain")
+    assert any("undetermined" in line for line in evidence), evidence
+    # the same build, listed by its commit, keeps the FP8 KV cache
+    backends, evidence = table_backends("0.17.1rc1.dev140+ga1257fd1e", None, "fp8_e4m3", "mla", (12, 0))
+    assert capable(backends) == ["TRITON_MLA"]
 
 
 def capable(backends):
@@ -97,7 +123,7 @@ def by_name(backends):
 
 
 def test_seed_build_has_no_mla_backend_for_fp8_on_sm120():
-    backends, evidence = table_backends("0.16.0rc2.dev313+g4ba787ec9", None, "fp8_e4m3", "mla", (12, 0))
+    backends, evidence = table_backends("0.16.0rc2.dev313+g5d5bd5c9d", None, "fp8_e4m3", "mla", (12, 0))
     assert [b["name"] for b in backends] == ["TRITON_MLA", "FLASHMLA", "FLASHINFER_MLA", "CUTLASS_MLA", "FLASH_ATTN_MLA"]
     assert capable(backends) == []
     triton = by_name(backends)["TRITON_MLA"]
@@ -111,7 +137,7 @@ def test_seed_build_has_no_mla_backend_for_fp8_on_sm120():
         assert entry["compute_capability_supported"] is False
         assert entry["reasons"] == [entry["reasons"][0]] and entry["reasons"][0].startswith("compute capability not supported")
         assert "this is 12.0" in entry["reasons"][0]
-    assert any("predates 0.18.0" in line for line in evidence), evidence
+    assert any("of a line older than 0.17.1rc1" in line for line in evidence), evidence
 
 
 @pytest.mark.parametrize(
@@ -157,6 +183,56 @@ def test_table_kv_dtypes_match_the_releases_read():
     assert dtypes("0.14.0") == ["auto"]
     assert dtypes("0.16.0") == ["auto", "bfloat16"]
     assert sorted(dtypes("0.33.0")) == sorted(["auto", "float16", "bfloat16", "fp8", "fp8_e4m3"])
+
+
+# supported_kv_cache_dtypes as the wheels on PyPI declare them (vllm/v1/attention/backends/,
+# FLASH_ATTN's from its supports_kv_cache_dtype without fp8, which the table does not count),
+# sorted; see docs/vllm-support.md for the files.
+WHEELS = {
+    "0.14.0": {"TRITON_MLA": ["auto"], "FLASHMLA": ["auto", "fp8", "fp8_e4m3"],
+               "FLASHINFER_MLA": ["auto", "fp8", "fp8_e4m3"], "CUTLASS_MLA": ["auto", "fp8", "fp8_e4m3"],
+               "FLASH_ATTN_MLA": ["auto"], "FLASH_ATTN": ["auto"],
+               "FLASHINFER": ["auto", "fp8", "fp8_e4m3", "fp8_e5m2"], "TRITON_ATTN": ["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]},
+    "0.14.1": {"TRITON_MLA": ["auto"], "FLASHMLA": ["auto", "fp8", "fp8_e4m3"], "FLASH_ATTN_MLA": ["auto"],
+               "FLASH_ATTN": ["auto"], "TRITON_ATTN": ["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]},
+    "0.15.0": {"TRITON_MLA": ["auto", "bfloat16"], "FLASHMLA": ["auto", "bfloat16", "fp8", "fp8_e4m3"],
+               "FLASHINFER_MLA": ["auto", "bfloat16", "fp8", "fp8_e4m3"],
+               "CUTLASS_MLA": ["auto", "bfloat16", "fp8", "fp8_e4m3"], "FLASH_ATTN_MLA": ["auto", "bfloat16"],
+               "FLASH_ATTN": ["auto", "bfloat16"],
+               "FLASHINFER": ["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"],
+               "TRITON_ATTN": ["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"]},
+    "0.17.1": {"TRITON_MLA": ["auto", "bfloat16"], "FLASH_ATTN_MLA": ["auto", "bfloat16"],
+               "FLASH_ATTN": ["auto", "bfloat16"], "TRITON_ATTN": ["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"]},
+    "0.18.0": {"TRITON_MLA": ["auto", "bfloat16", "float16", "fp8", "fp8_e4m3"],
+               "FLASHMLA": ["auto", "bfloat16", "float16", "fp8", "fp8_e4m3"],
+               "FLASH_ATTN_MLA": ["auto", "bfloat16", "float16"], "FLASH_ATTN": ["auto", "bfloat16", "float16"],
+               "FLASHINFER": ["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"],
+               "TRITON_ATTN": ["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]},
+}
+
+
+@pytest.mark.parametrize("version", sorted(WHEELS))
+def test_table_dtypes_are_those_the_wheels_declare(version):
+    for kind in ("mla", "standard"):
+        for entry in table_backends(version, None, "auto", kind, (12, 0))[0]:
+            if entry["name"] in WHEELS[version]:
+                assert sorted(entry["kv_cache_dtypes"]) == WHEELS[version][entry["name"]], (version, entry["name"])
+
+
+@pytest.mark.parametrize("version, kind, dtype, capability, expected", [
+    # float16 reached every backend in 0.18.0 (the standard ones too, not in 0.33.0)
+    ("0.17.1", "standard", "float16", (12, 0), []),
+    ("0.18.0", "standard", "float16", (12, 0), ["FLASHINFER", "FLASH_ATTN", "TRITON_ATTN"]),
+    ("0.17.1", "mla", "float16", (10, 0), []),
+    ("0.18.0", "mla", "float16", (10, 0), ["CUTLASS_MLA", "FLASHINFER_MLA", "FLASHMLA", "TRITON_MLA"]),
+    # explicit bfloat16 reached every backend in 0.15.0, none in 0.14.x
+    ("0.14.1", "mla", "bfloat16", (9, 0), []),
+    ("0.15.0", "mla", "bfloat16", (9, 0), ["FLASHMLA", "FLASH_ATTN_MLA", "TRITON_MLA"]),
+    ("0.14.1", "standard", "bfloat16", (9, 0), []),
+    ("0.15.0", "standard", "bfloat16", (9, 0), ["FLASHINFER", "FLASH_ATTN", "TRITON_ATTN"]),
+])
+def test_explicit_dtypes_by_release(version, kind, dtype, capability, expected):
+    assert capable(table_backends(version, None, dtype, kind, capability)[0]) == expected
 
 
 def test_standard_table():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, snapshot
+from conftest import FIXTURES, prerequisite, snapshot
 
 RECORD = ".fleet-vllm-kv-cache.json"
 
@@ -339,7 +339,7 @@ def test_bad_record_name(run_module, model_dir, record_name):
     assert snapshot(model) == before
 
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching to an unprivileged user needs root")
+needs_root = prerequisite(os.geteuid() == 0, reason="switching to an unprivileged user needs root")
 
 
 @pytest.fixture

