@@ -167,7 +167,9 @@ ROLE_ACTIONS = ("ansible.builtin.import_role", "ansible.builtin.include_role", "
 def pipeline(node, steps):
     """The collection's roles in the order the playbook runs them: `roles:` entries and
     import/include_role tasks, walked in document order (blocks included). A role run with
-    `tasks_from: X` is the step X (`served`), otherwise the role's name without `vllm_`."""
+    `tasks_from: X` is the step X (`served`), otherwise (and for its `stage`) the role's name
+    without `vllm_`. The rolling play (playbooks/roll.yml, imported) switches and restarts what
+    was staged, in the same order."""
     if isinstance(node, dict):
         for key, value in node.items():
             if key == "roles" and isinstance(value, list):
@@ -175,8 +177,10 @@ def pipeline(node, steps):
                     name = role["role"] if isinstance(role, dict) else role
                     steps.append(name.rpartition(".")[2].replace("vllm_", "", 1))
             elif key in ROLE_ACTIONS:
-                step = value.get("tasks_from") or value["name"].rpartition(".")[2].replace("vllm_", "", 1)
-                steps.append(step)
+                # A role's staging half (`tasks_from: stage`) is the role's step.
+                tasks_from = value.get("tasks_from")
+                role = value["name"].rpartition(".")[2].replace("vllm_", "", 1)
+                steps.append(tasks_from if tasks_from not in (None, "main", "stage") else role)
             else:
                 pipeline(value, steps)
     elif isinstance(node, list):
