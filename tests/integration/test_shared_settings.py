@@ -48,8 +48,8 @@ def task(run, name):
 def nccl_file(tmp_path):
     lines = (tmp_path / "etc" / "nccl.env").read_text().splitlines()
     # systemd EnvironmentFile= syntax: values in double quotes
-    return {name: value.strip('"') for name, value in (line.split("=", 1) for line in lines
-                                                        if line and not line.startswith("#"))}
+    pairs = (line.split("=", 1) for line in lines if line and not line.startswith("#"))
+    return {name: value.strip('"') for name, value in pairs}
 
 
 def test_nccl_defaults_reach_preflight(tmp_path):

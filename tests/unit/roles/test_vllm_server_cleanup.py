@@ -9,7 +9,6 @@ import os
 import subprocess
 import time
 
-import pytest
 
 from conftest import ROOT, prerequisite
 

@@ -102,8 +102,8 @@ def test_errors_name_the_path(run_module, tmp_path):
     assert res.failed and "%s exists and is not a regular file" % (tmp_path / "adir") in res.result["msg"]
     res = run_module("managed_files", {"files": [{"path": str(tmp_path / "f"), "content": "x", "mode": "rw-r--r--"}]})
     assert res.failed and "mode 'rw-r--r--' is not an octal mode" in res.result["msg"]
-    res = run_module("managed_files", {"directories": [{"path": str(tmp_path / "d"), "mode": "0755",
-                                                         "owner": "no-such-user-fleet"}]})
+    directory = {"path": str(tmp_path / "d"), "mode": "0755", "owner": "no-such-user-fleet"}
+    res = run_module("managed_files", {"directories": [directory]})
     assert res.failed and "no user no-such-user-fleet" in res.result["msg"] and not (tmp_path / "d").exists()
     res = run_module("managed_files", {"files": [{"path": "relative/f", "content": "x", "mode": "0644"}]})
     assert res.failed and "relative/f is not an absolute path" in res.result["msg"]
