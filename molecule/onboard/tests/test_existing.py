@@ -24,7 +24,7 @@ def test_still_serving(host):
 
 def _socket(host):
     out = host.check_output("systemctl show fleet-vllm-rsyncd.socket -p InvocationID -p ActiveState -p IPAddressAllow")
-    return out.splitlines()
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
 def test_peer_socket_not_restarted_by_the_newcomer(host):
@@ -32,14 +32,13 @@ def test_peer_socket_not_restarted_by_the_newcomer(host):
     path = os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "socket-%s.json" % fleet.name_of(host))
     with open(path, encoding="utf-8") as handle:
         before = json.load(handle)
-    assert any(line.startswith("InvocationID=") and len(line) > len("InvocationID=") for line in before), before
-    assert "ActiveState=active" in before
+    assert before["InvocationID"] and before["ActiveState"] == "active", before
     assert _socket(host) == before
 
 
 def test_peer_socket_admits_the_hosts_networks_only(host):
     """IPAddressAllow holds the network of the test network (not loopback), rsyncd's hosts allow the same."""
-    allow = [line for line in _socket(host) if line.startswith("IPAddressAllow=")][0].split("=", 1)[1].split()
+    allow = _socket(host)["IPAddressAllow"].split()
     address = host.check_output("python3 -c %s", "import socket; print(socket.gethostbyname(socket.gethostname()))")
     assert allow and all(ipaddress.ip_network(net).version in (4, 6) for net in allow), allow
     assert any(ipaddress.ip_address(address) in ipaddress.ip_network(net) for net in allow), (address, allow)
