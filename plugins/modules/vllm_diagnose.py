@@ -519,7 +519,7 @@ class Diagnosis(object):
             timed_out = True
             error = "no answer within %s s" % endpoint["timeout"]
         except (HTTPException, OSError) as exc:
-            error = to_text(exc) or type(exc).__name__
+            error = to_text(exc) or exc.__class__.__name__
         seconds = round(time.monotonic() - start, 3)
         parsed = None
         if payload:
