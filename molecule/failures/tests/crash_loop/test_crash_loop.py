@@ -1,4 +1,4 @@
-"""failures, step 4: a unit that systemd stopped after a crash loop (start limit hit) is cleared
+"""failures, step 4: a unit that systemd stopped after a crash loop (left failed) is cleared
 with systemctl reset-failed by the next deploy, which says so, and starts serving again."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ def test_deploy_reset_the_failed_unit_and_said_so():
     assert run["rc"] == 0, run["output_tail"][-3000:]
     output = run["output_tail"]
     assert "start: the service is failed" in output, output[-3000:]
-    assert "had stopped in the failed state (Result=start-limit-hit" in output, output[-3000:]
+    assert "had stopped in the failed state (Result=" in output, output[-3000:]
     assert "ran systemctl reset-failed" in output
 
 
