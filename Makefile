@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_INJECT_FACT_VARS := false
 
-.PHONY: setup demo demo-down test lint sanity unit integration molecule vllm-venv clean
+.PHONY: setup demo demo-down test lint sanity unit integration molecule mutation vllm-venv clean
 
 setup:
 	tools/bootstrap.sh
@@ -43,6 +43,11 @@ integration: setup
 # Every Molecule scenario, one after the other, timed (as root: rootful Podman test hosts).
 molecule: setup
 	tests/hosts/molecule.sh all
+
+# Mutation testing of plugins/filter and plugins/module_utils (mutmut): the survival rate and the
+# survivors (docs/mutation.md explains them). Not in CI: it takes a while.
+mutation: setup
+	tools/mutation.sh
 
 clean:
 	rm -rf .cache .pytest_cache tests/output fleet-vllm-*.tar.gz

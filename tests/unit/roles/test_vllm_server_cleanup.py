@@ -9,8 +9,6 @@ import os
 import subprocess
 import time
 
-import pytest
-
 from conftest import ROOT, prerequisite
 
 SCRIPT = ROOT / "roles" / "vllm_server" / "files" / "cleanup"
