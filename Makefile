@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_INJECT_FACT_VARS := false
 
-.PHONY: setup demo demo-down test lint sanity unit integration molecule vllm-venv test-compat test-ee clean
+.PHONY: setup demo demo-down test lint sanity unit integration molecule mutation vllm-venv test-compat test-ee clean
 
 setup:
 	tools/bootstrap.sh
@@ -58,6 +58,11 @@ test-compat: setup
 # root). Not in CI: several minutes, see docs/execution-environment.md.
 test-ee: setup
 	tests/ee/test-ee.sh
+
+# Mutation testing of plugins/filter and plugins/module_utils (mutmut): the survival rate and the
+# survivors (docs/mutation.md explains them). Not in CI: it takes a while.
+mutation: setup
+	tools/mutation.sh
 
 clean:
 	rm -rf .cache .pytest_cache tests/output fleet-vllm-*.tar.gz

@@ -9,7 +9,6 @@ import os
 import subprocess
 import time
 
-
 from conftest import ROOT, prerequisite
 
 SCRIPT = ROOT / "roles" / "vllm_server" / "files" / "cleanup"

@@ -291,6 +291,60 @@ def test_describe_model_standard_and_sparse():
     assert (v32["attention_kind"], v32["sparse"]) == ("mla", True)
 
 
+@pytest.mark.parametrize("config, expected", [
+    # the MLA family: head size kv_lora_rank + qk_rope_head_dim; dtype from torch_dtype, else dtype
+    ({"model_type": "deepseek_v3", "kv_lora_rank": 512, "qk_rope_head_dim": 64, "torch_dtype": "bfloat16"},
+     dict(model_type="deepseek_v3", text_model_type="deepseek_v3", attention_kind="mla", kv_lora_rank=512,
+          head_size=576, dtype="bfloat16", sparse=False)),
+    ({"model_type": "deepseek_v2", "kv_lora_rank": 512, "dtype": "torch.float16"},
+     dict(model_type="deepseek_v2", text_model_type="deepseek_v2", attention_kind="mla", kv_lora_rank=512,
+          head_size=512, dtype="float16", sparse=False)),
+    # a multimodal wrapper: the language model under text_config decides, its model_type is reported
+    ({"model_type": "kimi_k25", "dtype": "float32",
+      "text_config": {"model_type": "kimi_k2", "kv_lora_rank": 512, "qk_rope_head_dim": 64, "index_topk": 64}},
+     dict(model_type="kimi_k25", text_model_type="kimi_k2", attention_kind="mla", kv_lora_rank=512,
+          head_size=576, dtype="float32", sparse=True)),
+    ({"model_type": "llava", "torch_dtype": "float16", "text_config": {"hidden_size": 4096, "num_attention_heads": 32}},
+     dict(model_type="llava", text_model_type="llava", attention_kind="standard", kv_lora_rank=None,
+          head_size=128, dtype="float16", sparse=False)),
+    # standard attention: head_dim wins over hidden_size / heads; nothing known -> no head size
+    ({"model_type": "qwen3", "head_dim": 80, "hidden_size": 5120, "num_attention_heads": 64},
+     dict(model_type="qwen3", text_model_type="qwen3", attention_kind="standard", kv_lora_rank=None,
+          head_size=80, dtype="bfloat16", sparse=False)),
+    ({"model_type": "mystery", "hidden_size": 4096},
+     dict(model_type="mystery", text_model_type="mystery", attention_kind="standard", kv_lora_rank=None,
+          head_size=None, dtype="bfloat16", sparse=False)),
+    ({"text_config": "not an object", "kv_lora_rank": 0, "qk_rope_head_dim": 64},
+     dict(model_type=None, text_model_type=None, attention_kind="mla", kv_lora_rank=0, head_size=64,
+          dtype="bfloat16", sparse=False)),
+])
+def test_describe_model_reports(config, expected):
+    assert describe_model(config) == expected
+
+
+def test_load_config_error_messages(tmp_path):
+    missing = str(tmp_path / "nope")
+    with pytest.raises(VllmSupportError) as info:
+        load_config(missing)
+    assert str(info.value) == ("model_path %s is not a directory: set it to the model directory that holds "
+                               "config.json" % missing)
+    with pytest.raises(VllmSupportError) as info:
+        load_config(str(tmp_path))
+    assert str(info.value) == ("%s has no config.json: it is not a Hugging Face model directory, or the download "
+                               "is incomplete" % tmp_path)
+    (tmp_path / "config.json").mkdir()
+    with pytest.raises(VllmSupportError) as info:
+        load_config(str(tmp_path))
+    assert str(info.value) == "cannot read %s: Is a directory" % (tmp_path / "config.json")
+    (tmp_path / "config.json").rmdir()
+    (tmp_path / "config.json").write_bytes(b'{"a": "\xc3\xa9"}')  # UTF-8, whatever the locale
+    assert load_config(str(tmp_path)) == {"a": "\u00e9"}
+    (tmp_path / "config.json").write_text('"text"')
+    with pytest.raises(VllmSupportError) as info:
+        load_config(str(tmp_path))
+    assert str(info.value) == "%s holds a JSON str, expected an object" % (tmp_path / "config.json")
+
+
 def test_load_config_errors(tmp_path):
     with pytest.raises(VllmSupportError, match="has no config.json"):
         load_config(str(tmp_path))
