@@ -1349,6 +1349,10 @@ def main(argv=None):
     if args.faults:
         with open(args.faults) as fh:
             hub.add_faults(json.load(fh))
+    # Before the URL is announced: a client may stop the server as soon as it has answered once.
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *args: done.set())
     hub.start()
     if args.url_file:
         tmp = args.url_file + ".tmp"
@@ -1356,9 +1360,6 @@ def main(argv=None):
             fh.write(hub.url + "\n")
         os.replace(tmp, args.url_file)
     print(hub.url, flush=True)
-    done = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *args: done.set())
     while not done.wait(1.0):
         pass
     hub.stop()
