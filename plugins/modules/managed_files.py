@@ -163,6 +163,20 @@ def octal(mode, what):
     return value
 
 
+def fix_attributes(module, path, st, uid, gid, mode):
+    """Give an existing path (its lstat ``st``) the owner, group and mode asked for; whether it changed."""
+    changed = False
+    if (st.st_uid, st.st_gid) != (uid, gid):
+        changed = True
+        if not module.check_mode:
+            os.chown(path, uid, gid)
+    if stat.S_IMODE(st.st_mode) != mode:
+        changed = True
+        if not module.check_mode:
+            os.chmod(path, mode)
+    return changed
+
+
 def ensure_directory(module, item):
     path = item["path"]
     mode = octal(item["mode"], path)
@@ -180,16 +194,7 @@ def ensure_directory(module, item):
         return True
     if not stat.S_ISDIR(st.st_mode):
         raise Failure("%s exists and is not a directory" % path)
-    changed = False
-    if (st.st_uid, st.st_gid) != (uid, gid):
-        changed = True
-        if not module.check_mode:
-            os.chown(path, uid, gid)
-    if stat.S_IMODE(st.st_mode) != mode:
-        changed = True
-        if not module.check_mode:
-            os.chmod(path, mode)
-    return changed
+    return fix_attributes(module, path, st, uid, gid, mode)
 
 
 def ensure_file(module, item, diffs):
@@ -210,16 +215,7 @@ def ensure_file(module, item, diffs):
     if st is None and not os.path.isdir(directory) and not module.check_mode:
         raise Failure("the directory of %s does not exist: create it first (directories)" % path)
     if current == wanted:
-        changed = False
-        if (st.st_uid, st.st_gid) != (uid, gid):
-            changed = True
-            if not module.check_mode:
-                os.chown(path, uid, gid)
-        if stat.S_IMODE(st.st_mode) != mode:
-            changed = True
-            if not module.check_mode:
-                os.chmod(path, mode)
-        return changed
+        return fix_attributes(module, path, st, uid, gid, mode)
     if module._diff:
         hidden = "(secret content not shown)\n"
         diffs.append({
