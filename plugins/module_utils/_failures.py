@@ -12,7 +12,7 @@ variable to set and the playbook and tags to run), and the journal tail that mat
 
 The texts matched are vLLM's own (vllm/platforms/cuda.py, vllm/v1/core/kv_cache_planning.py,
 vllm/v1/engine/core.py and utils.py, vllm/v1/worker/utils.py), PyTorch's, NCCL's, safetensors'
-and argparse's; docs/facts.md gives the failures' sources and tests/fixtures/journal/README.md
+and argparse's; docs/evidence.md gives the failures' sources and tests/fixtures/journal/README.md
 where each matched text comes from.
 
 Private to the fleet.vllm collection: the interface may change without notice.

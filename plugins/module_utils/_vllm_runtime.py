@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) 2026, fleet.vllm developers
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""How a pinned vLLM is named, installed and recognised (docs/facts.md section 2).
+"""How a pinned vLLM is named, installed and recognised (docs/evidence.md section 2).
 
 A pin is where vLLM comes from plus what identifies the build: a full commit sha for the nightly
 index (wheels at ``<nightly index>/<full sha>``, versions ending in ``+g<short sha>``), a

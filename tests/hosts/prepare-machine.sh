@@ -5,7 +5,7 @@
 # Idempotent; run as root. Safe to rerun: installs only missing packages and rewrites its own
 # containers.conf drop-in only when the content differs. Prints what it did.
 #
-# What it fixes (docs/facts.md section 6 has the measurements):
+# What it fixes (docs/evidence.md section 6 has the measurements):
 #   - crun refuses hybrid cgroups v1 ("cgroups in hybrid mode not supported"): use runc.
 #   - Podman's default container ulimits exceed what this VM allows (root lacks
 #     CAP_SYS_RESOURCE: "setrlimit RLIMIT_NOFILE: Operation not permitted"): set

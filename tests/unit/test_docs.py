@@ -1,5 +1,5 @@
 """The documentation stands alone: every fact it and the code cite is in the repository's docs/,
-every reference to docs/facts.md names a section that exists, and every relative link of the
+every reference to docs/evidence.md names a section that exists, and every relative link of the
 Markdown files points at a file of the checkout."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from conftest import ROOT
 
-FACTS = ROOT / "docs" / "facts.md"
+FACTS = ROOT / "docs" / "evidence.md"
 
 
 def tracked_files():
@@ -55,9 +55,9 @@ def test_no_file_points_outside_the_repository():
     assert not offenders, "these files cite documents outside the repository: %s" % offenders
 
 
-# "facts.md section 2", "docs/facts.md section 1", "facts.md sections 1 and 4"
-SECTION_REF = re.compile(r"facts\.md,? sections? (\d+)(?:(?:,| and) (\d+))?")
-BARE_FACTS = re.compile(r"(?<![\w/.-])facts\.md")
+# "evidence.md section 2", "docs/evidence.md section 1", "evidence.md sections 1 and 4"
+SECTION_REF = re.compile(r"evidence\.md,? sections? (\d+)(?:(?:,| and) (\d+))?")
+BARE_FACTS = re.compile(r"(?<![\w/.-])evidence\.md")
 
 
 def test_every_facts_reference_names_an_existing_section():
@@ -68,19 +68,19 @@ def test_every_facts_reference_names_an_existing_section():
             for number in filter(None, m.groups()):
                 if int(number) not in sections:
                     bad.append("%s: %s" % (name, m.group(0)))
-    assert not bad, "references to sections docs/facts.md does not have: %s" % bad
+    assert not bad, "references to sections docs/evidence.md does not have: %s" % bad
 
 
 def test_bare_facts_references_are_to_the_repository_page():
-    """A bare `facts.md` is only acceptable inside docs/ (where it is a sibling) or as a link."""
+    """A bare `evidence.md` is only acceptable inside docs/ (where it is a sibling) or as a link."""
     bad = []
     for name, text in text_files():
         if name.startswith("docs/") or name == "tests/unit/test_docs.py":
             continue
         for line in text.splitlines():
-            if BARE_FACTS.search(line) and "docs/facts.md" not in line:
+            if BARE_FACTS.search(line) and "docs/evidence.md" not in line:
                 bad.append("%s: %s" % (name, line.strip()))
-    assert not bad, "write docs/facts.md, so the reader knows where it is: %s" % bad
+    assert not bad, "write docs/evidence.md, so the reader knows where it is: %s" % bad
 
 
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")

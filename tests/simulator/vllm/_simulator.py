@@ -61,7 +61,7 @@ LOAD_SECONDS_ENV = "FLEET_VLLM_SIM_LOAD_SECONDS"
 # Faults of the real engine that tests need to see (a systemd drop-in sets it on one host):
 #   dead: /health keeps answering 200 while every completion answers 500, as the real vLLM does
 #         once its EngineCore died (measured on the CPU build with an FP8 KV cache on an MLA
-#         model: the first completion kills the engine, /health stays 200; docs/facts.md);
+#         model: the first completion kills the engine, /health stays 200; docs/evidence.md);
 #   hung: /health 200, completions never answer (vLLM issue #39863: a hung engine behind a
 #         healthy /health);
 #   exit: the engine dies while loading the weights (exit 1), as on a CUDA out-of-memory error.

@@ -1,6 +1,6 @@
 """The install command lines, venv names and version checks of module_utils/_vllm_runtime.py,
 table-driven. The nightly index is not reachable from the test machines, so the command that
-would reach it is checked here, as docs/facts.md section 2 gives it."""
+would reach it is checked here, as docs/evidence.md section 2 gives it."""
 
 from __future__ import annotations
 
