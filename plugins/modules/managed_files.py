@@ -126,9 +126,7 @@ changed_directories:
   elements: str
 """
 
-import grp
 import os
-import pwd
 import shlex
 import stat
 import tempfile
@@ -136,65 +134,13 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native, to_text
 
-
-class Failure(Exception):
-    pass
-
-
-def ids(owner, group, what):
-    try:
-        uid = pwd.getpwnam(owner).pw_uid
-    except KeyError:
-        raise Failure("%s: no user %s on this host" % (what, owner))
-    try:
-        gid = grp.getgrnam(group).gr_gid
-    except KeyError:
-        raise Failure("%s: no group %s on this host" % (what, group))
-    return uid, gid
-
-
-def octal(mode, what):
-    try:
-        value = int(str(mode), 8)
-    except ValueError:
-        raise Failure("%s: mode %r is not an octal mode such as 0644" % (what, mode))
-    if value < 0 or value > 0o7777:
-        raise Failure("%s: mode %r is not an octal mode such as 0644" % (what, mode))
-    return value
-
-
-def fix_attributes(module, path, st, uid, gid, mode):
-    """Give an existing path (its lstat ``st``) the owner, group and mode asked for; whether it changed."""
-    changed = False
-    if (st.st_uid, st.st_gid) != (uid, gid):
-        changed = True
-        if not module.check_mode:
-            os.chown(path, uid, gid)
-    if stat.S_IMODE(st.st_mode) != mode:
-        changed = True
-        if not module.check_mode:
-            os.chmod(path, mode)
-    return changed
-
-
-def ensure_directory(module, item):
-    path = item["path"]
-    mode = octal(item["mode"], path)
-    uid, gid = ids(item["owner"], item["group"], path)
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        if not module.check_mode:
-            parent = os.path.dirname(path)
-            if parent and not os.path.isdir(parent):
-                os.makedirs(parent, 0o755)
-            os.mkdir(path, 0o700)
-            os.chown(path, uid, gid)
-            os.chmod(path, mode)
-        return True
-    if not stat.S_ISDIR(st.st_mode):
-        raise Failure("%s exists and is not a directory" % path)
-    return fix_attributes(module, path, st, uid, gid, mode)
+from ansible_collections.fleet.vllm.plugins.module_utils._managed_files import (
+    Failure,
+    ensure_directory,
+    fix_attributes,
+    ids,
+    octal,
+)
 
 
 def ensure_file(module, item, diffs):

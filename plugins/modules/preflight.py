@@ -21,9 +21,10 @@ description:
     without NVLink - the PCIe topology (paths across CPU sockets, narrower slots), the IOMMU
     state, PCIe Access Control Services (ACS) redirection on the bridges above the GPUs, and
     NCCL settings that deadlock on such a host.
-  - The GPU facts come from M(fleet.vllm.gpu_info), passed in O(gpu_info); everything else is
-    read on the host, from C(/sys), C(/proc), C(os.statvfs), C(getrlimit) and
-    C(systemctl show).
+  - The GPU facts are those of M(fleet.vllm.gpu_info), passed in O(gpu_info); without it, this module
+    reads them the same way (nvidia-smi, O(nvidia_smi), O(allow_mixed)) and returns them in
+    RV(gpu_info) - one module run instead of two. Everything else is read on the host, from
+    C(/sys), C(/proc), C(os.statvfs), C(getrlimit) and C(systemctl show).
   - The module only reads. It changes nothing and always reports C(changed=false).
 author:
   - fleet.vllm developers (@fleet-vllm)
@@ -42,8 +43,19 @@ options:
   gpu_info:
     description:
       - The RV(fleet.vllm.gpu_info#module:gpu_info) return of M(fleet.vllm.gpu_info) for this host.
+      - When not given, the module reads the GPUs itself, as M(fleet.vllm.gpu_info) does.
     type: dict
-    required: true
+  nvidia_smi:
+    description:
+      - Without O(gpu_info), the nvidia-smi to read the GPUs with (as M(fleet.vllm.gpu_info)'s
+        O(fleet.vllm.gpu_info#module:nvidia_smi)); default the one on the PATH.
+    type: path
+  allow_mixed:
+    description:
+      - Without O(gpu_info), report a host with several GPU models instead of failing (as
+        M(fleet.vllm.gpu_info)'s O(fleet.vllm.gpu_info#module:allow_mixed)).
+    type: bool
+    default: false
   tensor_parallel_size:
     description:
       - vLLM's C(--tensor-parallel-size).
@@ -209,6 +221,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+gpu_info:
+  description:
+    - The GPU facts the checks used - O(gpu_info), or what the module read without it - in the shape of
+      M(fleet.vllm.gpu_info)'s RV(fleet.vllm.gpu_info#module:gpu_info).
+  returned: always
+  type: dict
+  sample: {"count": 8, "model": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "compute_capabilities": ["12.0"]}
 msg:
   description: One line summing up what was measured; with problems (when the module fails) a header line then one problem per line.
   returned: always
@@ -313,6 +332,8 @@ import struct
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
+
+from ansible_collections.fleet.vllm.plugins.module_utils._gpu_info import GpuInfo
 
 GB = 1000 ** 3
 GIB = 1024 ** 3
@@ -906,6 +927,9 @@ class Preflight(object):
             gpus, disk, shm, nofile, iommu, acs, plural(len(self.problems), "problem"), plural(len(self.warnings), "warning"))
 
     def run(self):
+        if self.params["gpu_info"] is None:
+            # Read as fleet.vllm.gpu_info does (its failures name nvidia-smi and what to do).
+            self.params["gpu_info"] = GpuInfo(self.module).run_module()["gpu_info"]
         self.check_inputs()
         self.check_gpus()
         self.check_disk()
@@ -920,7 +944,8 @@ class Preflight(object):
             self.module.warn(warning)
         # Ansible owns the result's `warnings` key: module.warn() fills it (passing it to exit_json
         # is deprecated), and a registered result holds the messages there as strings.
-        result = dict(changed=False, problems=self.problems, measured=self.measured, msg=self.summary())
+        result = dict(changed=False, problems=self.problems, measured=self.measured, msg=self.summary(),
+                      gpu_info=self.params["gpu_info"])
         if self.problems and self.params["fail_on_problems"]:
             result["msg"] = "%s on this host, fix %s before deploying:\n%s" % (
                 plural(len(self.problems), "problem"), "it" if len(self.problems) == 1 else "them",
@@ -932,7 +957,9 @@ class Preflight(object):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            gpu_info=dict(type="dict", required=True),
+            gpu_info=dict(type="dict"),
+            nvidia_smi=dict(type="path"),
+            allow_mixed=dict(type="bool", default=False),
             tensor_parallel_size=dict(type="int", required=True),
             pipeline_parallel_size=dict(type="int", default=1),
             nnodes=dict(type="int", default=1),

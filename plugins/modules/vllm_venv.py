@@ -37,9 +37,18 @@ attributes:
     description: Runs on the host that gets the venv.
 options:
   venvs_dir:
-    description: The directory holding one venv per pin. Created (mode 0755) when missing.
+    description:
+      - The directory holding one venv per pin. Created (mode 0755) when missing.
+      - With O(base_dir), it is also given O(owner), O(group) and mode 0755 on every run, like O(base_dir).
     type: path
     required: true
+  base_dir:
+    description:
+      - A directory above O(venvs_dir) (such as C(/opt/vllm) for C(/opt/vllm/venvs)), created when missing and
+        given O(owner), O(group) (default root) and mode 0755 on every run, O(venvs_dir) too; reported in
+        RV(changed_directories). In the same module run as the install check, so that a rerun with nothing to do
+        costs one module run on the host.
+    type: path
   source:
     description:
       - Where vLLM comes from. V(nightly) is vLLM's nightly index pinned to O(commit) (needs uv).
@@ -130,6 +139,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+changed_directories:
+  description: O(base_dir) and O(venvs_dir) when they were created or their owner or mode changed (or would be, in check mode).
+  returned: always
+  type: list
+  elements: str
 key:
   description: Name of the pin's venv under O(venvs_dir).
   returned: always
@@ -197,6 +211,7 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
+from ansible_collections.fleet.vllm.plugins.module_utils._managed_files import Failure, ensure_directory
 from ansible_collections.fleet.vllm.plugins.module_utils._vllm_runtime import (
     COMMIT_RE,
     VERSION_RE,
@@ -224,7 +239,7 @@ class Installer(object):
         self.marker = os.path.join(self.path, p["marker_name"])
         self.result = dict(
             changed=False, key=self.key, path=self.path, python=self.python, pin=self.pin, version="",
-            installer="", cmd=[], rebuilt=False, marker=self.marker,
+            installer="", cmd=[], rebuilt=False, marker=self.marker, changed_directories=[],
             expected=expected(p["source"], p["commit"], p["version"]),
         )
 
@@ -343,13 +358,35 @@ class Installer(object):
 
     # --- the work ----------------------------------------------------------------------
 
+    def directories(self):
+        """base_dir and venvs_dir with their owner, group and mode 0755 (only with base_dir)."""
+        p = self.p
+        if not p["base_dir"]:
+            return
+        base, venvs = os.path.normpath(p["base_dir"]), os.path.normpath(p["venvs_dir"])
+        if base == venvs or not venvs.startswith(base.rstrip("/") + "/"):
+            self.fail("base_dir %s is not a directory above venvs_dir %s: set base_dir to a parent of venvs_dir, or "
+                      "leave it unset" % (base, venvs))
+        for path in (base, venvs):
+            item = dict(path=path, mode="0755", owner=p["owner"] or "root", group=p["group"] or "root")
+            try:
+                if ensure_directory(self.module, item):
+                    self.result["changed_directories"].append(path)
+            except (Failure, OSError) as e:
+                self.fail("cannot prepare %s: %s" % (path, to_native(e)))
+        if self.result["changed_directories"]:
+            self.result["changed"] = True
+
     def apply(self):
         p = self.p
         self.validate()
+        self.directories()
         data = self.installed()
         if data:
             self.result.update(version=data["version"], installer=data.get("installer", ""))
-            self.module.exit_json(msg="vLLM %s is installed in %s" % (data["version"], self.path), **self.result)
+            moved = (" (%s: owner, group or mode set)" % ", ".join(self.result["changed_directories"])
+                     if self.result["changed_directories"] else "")
+            self.module.exit_json(msg="vLLM %s is installed in %s%s" % (data["version"], self.path, moved), **self.result)
 
         self.result["changed"] = True
         self.result["rebuilt"] = os.path.lexists(self.path)
@@ -423,6 +460,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             venvs_dir=dict(type="path", required=True),
+            base_dir=dict(type="path"),
             source=dict(type="str", required=True, choices=["nightly", "pypi", "wheelhouse", "index"]),
             commit=dict(type="str", default=""),
             version=dict(type="str", default=""),

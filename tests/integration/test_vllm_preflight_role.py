@@ -269,7 +269,7 @@ def test_settings_the_specs_cannot_check_fail_first_with_what_to_do(tmp_path, hu
         assert result["msg"] == (
             "vllm_preflight_tensor_parallel_size is 0: set it to the number of GPUs one model replica spans (1 or "
             "more); vllm_preflight_nccl_env holds CUDA_VISIBLE_DEVICES: it is for NCCL_* variables only")
-    assert results(out, "Read the GPUs of the host") == {}
+    assert results(out, "Check the host against what vLLM and the model need") == {}
 
 
 def test_argument_specs_mirror_the_defaults_key_for_key():

@@ -741,3 +741,43 @@ def test_nvlink_hosts_get_no_pcie_warnings(preflight, host):
     run = preflight("h100-sxm-x8", min_compute_capability="9.0", nccl_env={"NCCL_P2P_LEVEL": "SYS"})
     assert not run.failed and warnings_of(run) == []
     assert ", NVLink; " in run.result["msg"]
+
+
+# ---------------------------------------------------------------------------- the GPUs read here
+
+
+def test_without_gpu_info_it_reads_the_gpus_itself_as_gpu_info_does(run_module, host, gpu_info):
+    """One module run on the host instead of two (gpu_info, then preflight): the same facts, the same
+    checks, and the facts returned for the roles that follow."""
+    host.gpu_behind_port(port_acs=0)
+    args = host.args(None, nvidia_smi=str(FAKE_SMI))
+    del args["gpu_info"]
+    env = dict(host.env(), FLEET_VLLM_FAKE_GPUS="rtx-pro-6000-x8")
+    run = run_module("preflight", args, env=env)
+    assert not run.failed, run
+    given = run_module("preflight", host.args(gpu_info("rtx-pro-6000-x8")), env=host.env())
+    assert run.result["gpu_info"] == gpu_info("rtx-pro-6000-x8") == given.result["gpu_info"]
+    # Free space moves between two runs on a shared disk: compare what does not.
+    for key in ("gpus", "iommu", "acs", "nofile", "kv_cache_dtype"):
+        assert run.result["measured"][key] == given.result["measured"][key], key
+    assert run.result["problems"] == given.result["problems"] == []
+
+
+def test_without_gpu_info_a_mixed_host_fails_unless_allowed(run_module, host):
+    args = host.args(None, nvidia_smi=str(FAKE_SMI))
+    del args["gpu_info"]
+    env = dict(host.env(), FLEET_VLLM_FAKE_GPUS="mixed")
+    refused = run_module("preflight", args, env=env)
+    assert refused.failed and refused.result["msg"].startswith("this host mixes GPU models: "), refused
+    allowed = run_module("preflight", dict(args, allow_mixed=True, fail_on_problems=False), env=env)
+    assert not allowed.failed, allowed
+    assert len(allowed.result["gpu_info"]["models"]) == 2
+
+
+def test_without_gpu_info_a_missing_nvidia_smi_is_named(run_module, host, tmp_path):
+    args = host.args(None, nvidia_smi=str(tmp_path / "no-such-nvidia-smi"))
+    del args["gpu_info"]
+    run = run_module("preflight", args, env=host.env())
+    assert run.failed
+    assert run.result["msg"] == ("nvidia_smi=%s does not exist: install the NVIDIA driver (it brings nvidia-smi), "
+                                 "or set nvidia_smi to where nvidia-smi is" % (tmp_path / "no-such-nvidia-smi"))

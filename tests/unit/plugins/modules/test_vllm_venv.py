@@ -69,3 +69,39 @@ def test_refusals_create_nothing(run_module, tmp_path, args, message):
     res = run_module("vllm_venv", dict(args, venvs_dir=str(venvs)))
     assert res.failed and message in res.result["msg"], res
     assert not venvs.exists()
+
+
+def test_base_dir_and_venvs_dir_get_their_owner_and_mode_in_the_same_run(run_module, tmp_path):
+    """The role's base directory and directory of venvs are mended by the install check's own module
+    run: a rerun with nothing to do is one module run on the host."""
+    base = tmp_path / "opt-vllm"
+    venvs = base / "venvs"
+    marker = {"pin": {"source": "pypi", "version": "0.16.0"}, "version": "0.16.0"}
+    fake_venv(venvs, "pypi-0.16.0", marker)
+    os.chmod(base, 0o700)
+    os.chmod(venvs, 0o750)
+    args = {"base_dir": str(base), "venvs_dir": str(venvs), "source": "pypi", "version": "0.16.0",
+            "owner": "root", "group": "root"}
+    before = snapshot(tmp_path)
+    planned = run_module("vllm_venv", args, check=True)
+    assert not planned.failed and planned.result["changed"] is True, planned
+    assert planned.result["changed_directories"] == [str(base), str(venvs)]
+    assert snapshot(tmp_path) == before
+    mended = run_module("vllm_venv", args)
+    assert not mended.failed and mended.result["changed"] is True, mended
+    assert mended.result["msg"] == "vLLM 0.16.0 is installed in %s (%s, %s: owner, group or mode set)" % (
+        venvs / "pypi-0.16.0", base, venvs)
+    assert (os.stat(base).st_mode & 0o7777, os.stat(venvs).st_mode & 0o7777) == (0o755, 0o755)
+    again = run_module("vllm_venv", args)
+    assert not again.failed and again.result["changed"] is False and again.result["changed_directories"] == [], again
+
+
+def test_base_dir_must_be_above_venvs_dir(run_module, tmp_path):
+    args = {"base_dir": str(tmp_path / "elsewhere"), "venvs_dir": str(tmp_path / "venvs"), "source": "pypi",
+            "version": "0.16.0"}
+    before = snapshot(tmp_path)
+    res = run_module("vllm_venv", args)
+    assert res.failed
+    assert res.result["msg"] == ("base_dir %s is not a directory above venvs_dir %s: set base_dir to a parent of "
+                                 "venvs_dir, or leave it unset" % (tmp_path / "elsewhere", tmp_path / "venvs"))
+    assert snapshot(tmp_path) == before

@@ -1,0 +1,277 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, fleet.vllm developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: host_state
+short_description: Read in one module run what the fleet.vllm roles look at before they act
+version_added: "0.3.0"
+description:
+  - An info module. It reads, in one run on the host, the things the fleet.vllm roles check before
+    deciding whether a task must run at all - which files exist, the groups that own some device
+    nodes, accounts, the host's network addresses and the state of systemd units - so that a rerun
+    with nothing to change costs one module run instead of one per thing looked at (each module run
+    costs a Python start and the compilation of its code on the host).
+  - It never changes anything and runs the same in check mode.
+author:
+  - fleet.vllm developers (@fleet-vllm)
+attributes:
+  check_mode:
+    support: full
+    description: Reads only; the same result in check mode.
+  diff_mode:
+    support: none
+    description: It changes nothing, so there is nothing to show.
+  platform:
+    support: full
+    platforms: posix
+    description: Runs on the host it reads.
+options:
+  paths:
+    description: Paths whose existence and type are reported in RV(paths). Symbolic links are followed.
+    type: list
+    elements: path
+    default: []
+  checksums:
+    description:
+      - Files whose SHA-256 is reported in RV(checksums) (V(null) for a file that does not exist), so that a
+        task can tell whether what it would write is already there without running.
+    type: list
+    elements: path
+    default: []
+  device_globs:
+    description:
+      - Shell patterns of device nodes (such as C(/dev/nvidia*)); RV(device_groups) lists the groups that own
+        the matching entries, root excluded.
+    type: list
+    elements: str
+    default: []
+  accounts:
+    description: User names whose accounts are reported in RV(accounts).
+    type: list
+    elements: str
+    default: []
+  groups:
+    description: Group names reported in RV(groups).
+    type: list
+    elements: str
+    default: []
+  interfaces:
+    description:
+      - Report the host's network addresses in RV(interfaces), in the shape of the network facts of
+        M(ansible.builtin.setup) (one entry per interface with C(device), C(ipv4), C(ipv4_secondaries) and
+        C(ipv6)). Read with C(ip -json address) (iproute2).
+    type: bool
+    default: false
+  units:
+    description: systemd unit names whose state is reported in RV(units).
+    type: list
+    elements: str
+    default: []
+seealso:
+  - module: ansible.builtin.stat
+  - module: ansible.builtin.setup
+  - module: ansible.builtin.getent
+"""
+
+EXAMPLES = r"""
+- name: Look at the host before deciding what to install
+  fleet.vllm.host_state:
+    paths: [/usr/bin/rsync]
+    interfaces: true
+    units: [fleet-vllm-rsyncd.socket]
+  register: host
+
+- name: Install rsync only when it is missing
+  ansible.builtin.package:
+    name: rsync
+  when: not host.paths['/usr/bin/rsync'].exists
+"""
+
+RETURN = r"""
+paths:
+  description: For each path of O(paths), whether it exists and its type (V(file), V(directory), V(other), V(null)).
+  returned: always
+  type: dict
+  sample: {"/usr/bin/rsync": {"exists": true, "type": "file"}}
+checksums:
+  description: For each file of O(checksums), the SHA-256 of its content, or V(null) when it does not exist.
+  returned: always
+  type: dict
+  sample: {"/var/lib/fleet-vllm/staged/vllm.service": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}
+device_groups:
+  description: The groups (other than root) owning the entries matching O(device_globs), sorted.
+  returned: always
+  type: list
+  elements: str
+  sample: [video]
+accounts:
+  description:
+    - For each name of O(accounts), V(null) when there is no such account, else its C(uid), C(group) (the
+      primary group's name), C(groups) (supplementary groups, sorted), C(home) and C(shell).
+  returned: always
+  type: dict
+  sample: {"vllm": {"uid": 998, "group": "vllm", "groups": ["video"], "home": "/var/lib/vllm", "shell": "/usr/sbin/nologin"}}
+groups:
+  description: For each name of O(groups), V(null) when there is no such group, else its C(gid).
+  returned: always
+  type: dict
+  sample: {"vllm": {"gid": 998}}
+interfaces:
+  description: The host's interfaces in the shape of M(ansible.builtin.setup)'s network facts; empty unless O(interfaces).
+  returned: always
+  type: dict
+  sample: {"eth0": {"device": "eth0", "ipv4": {"address": "10.20.0.5", "prefix": "16"}, "ipv4_secondaries": [], "ipv6": []}}
+units:
+  description: For each unit of O(units), its C(load_state), C(active_state) and C(unit_file_state) as C(systemctl show) says.
+  returned: always
+  type: dict
+  sample: {"fleet-vllm-rsyncd.socket": {"load_state": "loaded", "active_state": "active", "unit_file_state": "enabled"}}
+"""
+
+import glob
+import grp
+import json
+import os
+import pwd
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def path_state(path):
+    if not os.path.exists(path):
+        return dict(exists=False, type=None)
+    kind = "directory" if os.path.isdir(path) else "file" if os.path.isfile(path) else "other"
+    return dict(exists=True, type=kind)
+
+
+def checksum(module, path):
+    if not os.path.isfile(path):
+        return None
+    try:
+        return module.sha256(path)
+    except (IOError, OSError) as exc:
+        module.fail_json(msg="cannot read %s: %s" % (path, exc))
+
+
+def device_groups(patterns):
+    found = set()
+    for pattern in patterns:
+        for entry in glob.glob(pattern):
+            try:
+                gid = os.lstat(entry).st_gid
+            except OSError:
+                continue  # gone between the listing and the look
+            try:
+                name = grp.getgrgid(gid).gr_name
+            except KeyError:
+                name = str(gid)
+            if name != "root":
+                found.add(name)
+    return sorted(found)
+
+
+def account(name):
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        return None
+    try:
+        primary = grp.getgrgid(entry.pw_gid).gr_name
+    except KeyError:
+        primary = str(entry.pw_gid)
+    groups = sorted(g.gr_name for g in grp.getgrall() if name in g.gr_mem)
+    return dict(uid=entry.pw_uid, group=primary, groups=groups, home=entry.pw_dir, shell=entry.pw_shell)
+
+
+def group(name):
+    try:
+        return dict(gid=grp.getgrnam(name).gr_gid)
+    except KeyError:
+        return None
+
+
+def interfaces(module):
+    ip = module.get_bin_path("ip")
+    if not ip:
+        module.fail_json(msg="the ip command (iproute2) is not installed, so this host's network addresses cannot be read: "
+                             "install iproute2, or set the networks explicitly (vllm_weights_peer_networks)")
+    rc, out, err = module.run_command([ip, "-json", "address", "show"])
+    if rc != 0:
+        module.fail_json(msg="ip -json address show failed (exit code %d): %s" % (rc, err.strip()))
+    try:
+        links = json.loads(out or "[]")
+    except ValueError as exc:
+        module.fail_json(msg="ip -json address show printed no JSON (%s): is iproute2 older than 4.13?" % exc)
+    result = {}
+    for link in links:
+        name = link.get("ifname")
+        if not name:
+            continue
+        entry = dict(device=name, ipv4={}, ipv4_secondaries=[], ipv6=[])
+        for address in link.get("addr_info") or []:
+            local, prefix = address.get("local"), address.get("prefixlen")
+            if not local or prefix is None:
+                continue
+            if address.get("family") == "inet":
+                item = dict(address=local, prefix=str(prefix))
+                if entry["ipv4"]:
+                    entry["ipv4_secondaries"].append(item)
+                else:
+                    entry["ipv4"] = item
+            elif address.get("family") == "inet6":
+                entry["ipv6"].append(dict(address=local, prefix=str(prefix), scope=address.get("scope", "")))
+        result[name] = entry
+    return result
+
+
+def units(module, names):
+    if not names:
+        return {}
+    systemctl = module.get_bin_path("systemctl", required=True)
+    rc, out, err = module.run_command([systemctl, "show", "--property=Id,LoadState,ActiveState,UnitFileState", "--"] + names)
+    if rc != 0:
+        module.fail_json(msg="systemctl show %s failed (exit code %d): %s" % (" ".join(names), rc, err.strip()))
+    blocks = out.strip().split("\n\n")
+    result = {}
+    for name, block in zip(names, blocks):
+        fields = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        result[name] = dict(load_state=fields.get("LoadState", ""), active_state=fields.get("ActiveState", ""),
+                            unit_file_state=fields.get("UnitFileState", ""))
+    for name in names[len(blocks):]:
+        result[name] = dict(load_state="", active_state="", unit_file_state="")
+    return result
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            paths=dict(type="list", elements="path", default=[]),
+            checksums=dict(type="list", elements="path", default=[]),
+            device_globs=dict(type="list", elements="str", default=[]),
+            accounts=dict(type="list", elements="str", default=[]),
+            groups=dict(type="list", elements="str", default=[]),
+            interfaces=dict(type="bool", default=False),
+            units=dict(type="list", elements="str", default=[]),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    module.exit_json(
+        changed=False,
+        paths={path: path_state(path) for path in p["paths"]},
+        checksums={path: checksum(module, path) for path in p["checksums"]},
+        device_groups=device_groups(p["device_globs"]),
+        accounts={name: account(name) for name in p["accounts"]},
+        groups={name: group(name) for name in p["groups"]},
+        interfaces=interfaces(module) if p["interfaces"] else {},
+        units=units(module, p["units"]),
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""fleet.vllm.host_state, run as Ansible runs a module: what it reads on a host, checked against
+files, accounts and command outputs made for each test (stand-ins for ip and systemctl print what
+the real tools print, captured on a Debian 12 test host)."""
+
+from __future__ import annotations
+
+import grp
+import json
+import os
+import pwd
+import shutil
+import textwrap
+
+import pytest
+
+from ansible_collections.fleet.vllm.plugins.filter.weights_plan import weights_networks
+
+# `ip -json address show` on a test host (iproute2 6.1, Debian 12), with a secondary IPv4 address
+# and a global IPv6 address added.
+IP_JSON = [
+    {"ifindex": 1, "ifname": "lo", "addr_info": [
+        {"family": "inet", "local": "127.0.0.1", "prefixlen": 8, "scope": "host", "label": "lo"},
+        {"family": "inet6", "local": "::1", "prefixlen": 128, "scope": "host"}]},
+    {"ifindex": 2, "ifname": "eth0", "addr_info": [
+        {"family": "inet", "local": "10.89.0.5", "prefixlen": 24, "broadcast": "10.89.0.255", "scope": "global"},
+        {"family": "inet", "local": "10.90.1.7", "prefixlen": 16, "scope": "global", "secondary": True},
+        {"family": "inet6", "local": "fd00:20::5", "prefixlen": 64, "scope": "global"},
+        {"family": "inet6", "local": "fe80::1c2d:3eff:fe4f:5a6b", "prefixlen": 64, "scope": "link"}]},
+    {"ifindex": 3, "ifname": "eth1", "addr_info": []},
+]
+
+
+def stand_in(directory, name, script):
+    directory.mkdir(exist_ok=True)
+    path = directory / name
+    path.write_text("#!/bin/sh\n" + textwrap.dedent(script))
+    path.chmod(0o755)
+    return directory
+
+
+def env_with(directory):
+    return {"PATH": os.pathsep.join((str(directory), os.environ.get("PATH", "")))}
+
+
+def test_paths_are_reported_by_existence_and_type(run_module, tmp_path):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "link").symlink_to(tmp_path / "file")
+    paths = [str(tmp_path / name) for name in ("file", "dir", "missing", "dangling", "link")]
+    run = run_module("host_state", {"paths": paths})
+    assert not run.failed, run
+    assert run.result["changed"] is False
+    assert run.result["paths"] == {
+        paths[0]: {"exists": True, "type": "file"},
+        paths[1]: {"exists": True, "type": "directory"},
+        paths[2]: {"exists": False, "type": None},
+        paths[3]: {"exists": False, "type": None},
+        paths[4]: {"exists": True, "type": "file"},
+    }
+    assert run.result["checksums"] == {}
+    assert run.result["accounts"] == {} and run.result["groups"] == {} and run.result["interfaces"] == {}
+    assert run.result["units"] == {} and run.result["device_groups"] == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving files to other groups needs root")
+def test_device_groups_are_the_owners_of_the_matching_nodes_except_root(run_module, tmp_path):
+    video, render = grp.getgrnam("video"), grp.getgrnam("tty")
+    for name, gid in (("nvidia0", video.gr_gid), ("nvidia1", video.gr_gid), ("nvidiactl", render.gr_gid),
+                      ("nvidia-uvm", 0), ("other", render.gr_gid)):
+        (tmp_path / name).write_text("")
+        os.chown(tmp_path / name, 0, gid)
+    run = run_module("host_state", {"device_globs": [str(tmp_path / "nvidia*")]})
+    assert not run.failed, run
+    assert run.result["device_groups"] == sorted(["tty", "video"])
+    none = run_module("host_state", {"device_globs": [str(tmp_path / "absent*")]})
+    assert none.result["device_groups"] == []
+
+
+def test_accounts_and_groups_as_the_system_databases_have_them(run_module):
+    root = pwd.getpwnam("root")
+    member_of = sorted(g.gr_name for g in grp.getgrall() if "root" in g.gr_mem)
+    run = run_module("host_state", {"accounts": ["root", "no-such-account-fleet"], "groups": ["root", "no-such-group-fleet"]})
+    assert not run.failed, run
+    assert run.result["accounts"] == {
+        "root": {"uid": 0, "group": grp.getgrgid(root.pw_gid).gr_name, "groups": member_of, "home": root.pw_dir,
+                 "shell": root.pw_shell},
+        "no-such-account-fleet": None,
+    }
+    assert run.result["groups"] == {"root": {"gid": 0}, "no-such-group-fleet": None}
+
+
+def test_interfaces_in_the_shape_weights_networks_reads(run_module, tmp_path):
+    bin_dir = stand_in(tmp_path / "bin", "ip", """\
+        [ "$*" = "-json address show" ] || { echo "unexpected: $*" >&2; exit 2; }
+        cat <<'JSON'
+        %s
+        JSON
+        """ % json.dumps(IP_JSON))
+    run = run_module("host_state", {"interfaces": True}, env=env_with(bin_dir))
+    assert not run.failed, run
+    assert run.result["interfaces"]["eth0"] == {
+        "device": "eth0",
+        "ipv4": {"address": "10.89.0.5", "prefix": "24"},
+        "ipv4_secondaries": [{"address": "10.90.1.7", "prefix": "16"}],
+        "ipv6": [{"address": "fd00:20::5", "prefix": "64", "scope": "global"},
+                 {"address": "fe80::1c2d:3eff:fe4f:5a6b", "prefix": "64", "scope": "link"}],
+    }
+    assert run.result["interfaces"]["eth1"] == {"device": "eth1", "ipv4": {}, "ipv4_secondaries": [], "ipv6": []}
+    # What the weights role writes into the peers' hosts allow: the attached networks, no link-local, no loopback.
+    assert weights_networks(run.result["interfaces"]) == ["10.89.0.0/24", "10.90.0.0/16", "fd00:20::/64"]
+    assert weights_networks(run.result["interfaces"], loopback=True) == [
+        "10.89.0.0/24", "10.90.0.0/16", "127.0.0.0/8", "::1/128", "fd00:20::/64"]
+
+
+@pytest.mark.skipif(shutil.which("ip") is None, reason="iproute2 is not installed here")
+def test_interfaces_of_this_machine_have_loopback(run_module):
+    run = run_module("host_state", {"interfaces": True})
+    assert not run.failed, run
+    assert run.result["interfaces"]["lo"]["ipv4"] == {"address": "127.0.0.1", "prefix": "8"}
+
+
+def test_an_ip_that_fails_or_prints_no_json_is_reported(run_module, tmp_path):
+    failing = stand_in(tmp_path / "failing", "ip", """\
+        echo "Cannot open netlink socket: Permission denied" >&2
+        exit 1
+        """)
+    run = run_module("host_state", {"interfaces": True}, env=env_with(failing))
+    assert run.failed
+    assert run.result["msg"] == "ip -json address show failed (exit code 1): Cannot open netlink socket: Permission denied"
+    old = stand_in(tmp_path / "old", "ip", """\
+        echo 'Option "-json" is unknown, try "ip -help".'
+        """)
+    run = run_module("host_state", {"interfaces": True}, env=env_with(old))
+    assert run.failed
+    assert run.result["msg"].startswith("ip -json address show printed no JSON (") and run.result["msg"].endswith(
+        "): is iproute2 older than 4.13?"), run.result["msg"]
+
+
+def test_units_in_the_order_asked_with_their_states(run_module, tmp_path):
+    bin_dir = stand_in(tmp_path / "bin", "systemctl", """\
+        [ "$1 $2 $3" = "show --property=Id,LoadState,ActiveState,UnitFileState --" ] || { echo "unexpected: $*" >&2; exit 2; }
+        printf 'Id=a.socket\\nLoadState=loaded\\nActiveState=active\\nUnitFileState=enabled\\n\\n'
+        printf 'Id=b.service\\nLoadState=not-found\\nActiveState=inactive\\nUnitFileState=\\n'
+        """)
+    run = run_module("host_state", {"units": ["a.socket", "b.service"]}, env=env_with(bin_dir))
+    assert not run.failed, run
+    assert run.result["units"] == {
+        "a.socket": {"load_state": "loaded", "active_state": "active", "unit_file_state": "enabled"},
+        "b.service": {"load_state": "not-found", "active_state": "inactive", "unit_file_state": ""},
+    }
+
+
+def test_a_failing_systemctl_is_reported(run_module, tmp_path):
+    bin_dir = stand_in(tmp_path / "bin", "systemctl", """\
+        echo "Failed to connect to bus: No such file or directory" >&2
+        exit 1
+        """)
+    run = run_module("host_state", {"units": ["a.socket"]}, env=env_with(bin_dir))
+    assert run.failed
+    assert run.result["msg"] == ("systemctl show a.socket failed (exit code 1): Failed to connect to bus: "
+                                 "No such file or directory")
+
+
+def test_check_mode_reads_the_same(run_module, tmp_path):
+    (tmp_path / "file").write_text("x")
+    args = {"paths": [str(tmp_path / "file")], "accounts": ["root"]}
+    assert run_module("host_state", args, check=True).result["paths"] == run_module("host_state", args).result["paths"]
+
+
+def test_checksums_are_the_sha256_of_the_content_or_null(run_module, tmp_path):
+    import hashlib
+    (tmp_path / "unit").write_text("[Service]\nExecStart=/bin/true\n")
+    (tmp_path / "dir").mkdir()
+    paths = [str(tmp_path / "unit"), str(tmp_path / "missing"), str(tmp_path / "dir")]
+    run = run_module("host_state", {"checksums": paths})
+    assert not run.failed, run
+    assert run.result["checksums"] == {
+        paths[0]: hashlib.sha256(b"[Service]\nExecStart=/bin/true\n").hexdigest(),
+        paths[1]: None,
+        paths[2]: None,
+    }
