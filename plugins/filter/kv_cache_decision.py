@@ -56,7 +56,23 @@ _value:
       type: str
 """
 
+import hashlib
+import json
+import os
+
 from ansible.errors import AnsibleFilterError
+
+# The code a KV-cache decision comes from (paths from the collection's root): a change to any of
+# them changes every decision key, so that a collection upgrade decides again.
+_RULES_SOURCES = (
+    "plugins/filter/kv_cache_decision.py",
+    "plugins/modules/vllm_probe.py",
+    "plugins/modules/kv_cache_config.py",
+    "plugins/module_utils/_kv_cache.py",
+    "plugins/module_utils/_vllm_support.py",
+    "plugins/module_utils/_vllm_probe_payload.py",
+)
+_COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 POLICIES = ("auto", "keep", "strip")
 
@@ -108,6 +124,22 @@ def kv_cache_decision(policy, checkpoint_dtype, probe=None):
                 line="policy auto: checkpoint asks for %s; %s -> strip (bf16 KV cache, half the context)" % (checkpoint_dtype, evidence))
 
 
+# kv_cache_decision_key is documented in kv_cache_decision_key.yml next to this file.
+def kv_cache_decision_key(inputs):
+    """SHA-256 of the decision's inputs (a dict) and of the code of the rules that decide."""
+    if not isinstance(inputs, dict):
+        raise AnsibleFilterError("kv_cache_decision_key: expects a dict of the decision's inputs, got %r" % (type(inputs),))
+    digest = hashlib.sha256()
+    try:
+        digest.update(json.dumps(inputs, sort_keys=True, default=str).encode("utf-8"))
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError("kv_cache_decision_key: the inputs cannot be serialised: %s" % exc)
+    for name in _RULES_SOURCES:
+        with open(os.path.join(_COLLECTION_ROOT, name), "rb") as handle:
+            digest.update(b"\0" + name.encode("ascii") + b"\0" + handle.read())
+    return digest.hexdigest()
+
+
 class FilterModule(object):
     def filters(self):
-        return {"kv_cache_decision": kv_cache_decision}
+        return {"kv_cache_decision": kv_cache_decision, "kv_cache_decision_key": kv_cache_decision_key}

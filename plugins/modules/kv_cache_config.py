@@ -69,6 +69,23 @@ options:
       - Name of the record file, in O(path), that holds what O(state=absent) removed.
     type: str
     default: .fleet-vllm-kv-cache.json
+  decision_file:
+    description:
+      - Where the caller's decision for this directory is recorded (outside O(path), such as a file under
+        C(/var/lib/fleet-vllm)), with O(decision_key). Every run reads it and returns its RV(decision) when it was
+        recorded with this O(decision_key) and the model's JSON files and the record of O(record_name) are still what
+        they were then; a run that is given O(decision) (and not in check mode) records it after its change.
+      - So a rerun with the same inputs and untouched files needs no other question (such as the installed vLLM's,
+        M(fleet.vllm.vllm_probe)) and no second run of this module.
+    type: path
+  decision_key:
+    description:
+      - A digest of everything the caller's decision depends on (its policy, the GPU, the vLLM venv, the code of its
+        rules). Required with O(decision_file).
+    type: str
+  decision:
+    description: The caller's decision to record in O(decision_file) (any JSON object), such as the M(fleet.vllm.kv_cache_decision) filter's result.
+    type: dict
   vllm_version:
     description:
       - The version of the vLLM that will serve the model (C(vllm.__version__)), for the
@@ -110,6 +127,16 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+decision:
+  description:
+    - The decision recorded in O(decision_file) when it holds O(decision_key) and the files it was recorded with are
+      unchanged (read before this run acts); V(null) otherwise, or without O(decision_file).
+  returned: always
+  type: dict
+decision_recorded:
+  description: Whether this run wrote O(decision_file) (or would, in check mode).
+  returned: always
+  type: bool
 state:
   description: The state asked for.
   returned: always
@@ -225,6 +252,8 @@ class KvCacheConfig(object):
             files_changed=[],
             record_file=self.record_path,
             backup_files=[],
+            decision=None,
+            decision_recorded=False,
             msg="",
         )
 
@@ -413,6 +442,54 @@ class KvCacheConfig(object):
     def diff_entry(self, file_path, before, after):
         return dict(before_header=file_path, after_header=file_path, before=before, after=after)
 
+    # ---- the recorded decision -------------------------------------------------------------
+
+    def file_checksums(self):
+        """SHA-256 of the model's JSON files and of the record, as they are on disk now (null: absent)."""
+        found = {}
+        for name in MODEL_FILES + (os.path.basename(self.record_path),):
+            file_path = os.path.join(self.path, name)
+            found[name] = self.module.sha256(file_path) if os.path.isfile(file_path) else None
+        return found
+
+    def read_decision(self):
+        params = self.module.params
+        if not params["decision_file"] or not os.path.exists(params["decision_file"]):
+            return None
+        try:
+            with open(params["decision_file"], "rb") as handle:
+                data = json.loads(handle.read().decode("utf-8"))
+        except (IOError, OSError, ValueError):
+            return None  # unreadable or not ours: decided again and rewritten
+        if (not isinstance(data, dict) or data.get("format") != RECORD_FORMAT or data.get("key") != params["decision_key"]
+                or data.get("files") != self.file_checksums() or not isinstance(data.get("decision"), dict)):
+            return None
+        return data["decision"]
+
+    def record_decision(self):
+        params = self.module.params
+        if not params["decision_file"] or params["decision"] is None:
+            return
+        text = json.dumps(dict(format=RECORD_FORMAT, key=params["decision_key"], decision=params["decision"],
+                               files=self.file_checksums()), indent=2, sort_keys=True) + "\n"
+        try:
+            with open(params["decision_file"], "rb") as handle:
+                if handle.read().decode("utf-8") == text:
+                    return
+        except (IOError, OSError, ValueError):
+            pass
+        self.result["decision_recorded"] = self.result["changed"] = True
+        if self.module.check_mode:
+            return
+        directory = os.path.dirname(params["decision_file"])
+        try:
+            if not os.path.isdir(directory):
+                os.makedirs(directory, 0o755)
+        except OSError as exc:
+            self.fail("cannot create %s for decision_file: %s" % (directory, to_native(exc)))
+        self.write_atomic(params["decision_file"], text)
+        os.chmod(params["decision_file"], 0o644)
+
     # ---- main ----------------------------------------------------------------------------
 
     def run(self):
@@ -424,6 +501,7 @@ class KvCacheConfig(object):
             (record or {}).get("kv_cache_dtype_before") or self.result["kv_cache_dtype_before"]
         )
         self.result["declared"] = [_site_name(*site) for site in self.sites(self.files)]
+        self.result["decision"] = self.read_decision()
 
         if state == "absent":
             new_files, new_record, removals = self.plan_absent(record)
@@ -463,6 +541,7 @@ class KvCacheConfig(object):
             for path in self.result["files_changed"]:
                 self.check_writable(path)
         if self.module.check_mode or not self.result["changed"]:
+            self.record_decision()
             return self.result
 
         # Write order keeps the way back at every step: on absent the record is written before
@@ -481,6 +560,7 @@ class KvCacheConfig(object):
                 os.unlink(self.record_path)
             except OSError as exc:
                 self.fail("restored the declarations but cannot delete %s: %s" % (self.record_path, to_native(exc)))
+        self.record_decision()
         return self.result
 
     def message(self, state, record):
@@ -509,7 +589,11 @@ def main():
             backup=dict(type="bool", default=False),
             record_name=dict(type="str", default=".fleet-vllm-kv-cache.json"),
             vllm_version=dict(type="str"),
+            decision_file=dict(type="path"),
+            decision_key=dict(type="str", no_log=False),
+            decision=dict(type="dict"),
         ),
+        required_by=dict(decision_file=["decision_key"], decision=["decision_file"]),
         supports_check_mode=True,
     )
     record_name = module.params["record_name"]

@@ -23,6 +23,8 @@ def play(model, python, *flags, **extra):
         "vllm_kv_cache_probe_environment": {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"},
         # the probe's answers stay with the test, not in /var/cache of this machine
         "vllm_kv_cache_probe_cache_dir": str(model.parent / "probe-cache"),
+        # and its decision records too
+        "fleet_vllm_state_dir": str(model.parent / "state"),
     }
     variables.update(extra)
     run = run_playbook(PLAYBOOK, *flags, extra_vars=variables, path=[FIXTURES / "bin"],
@@ -65,10 +67,19 @@ def test_old_vllm_strips_new_vllm_restores(tmp_path, vllm_venv_old, vllm_venv):
     assert snapshot(model) == pristine, "the upgrade did not restore the checkpoint's FP8 KV cache"
     assert tasks["Ask the installed vLLM whether a backend accepts the checkpoint's KV-cache dtype"]["cached"] is False
 
-    # The rerun asks the same question of the same install about the same files: the answer the
-    # real vLLM gave one run ago, from the probe's cache, without importing vLLM.
+    # The rerun with the same inputs and untouched files: the decision recorded one run ago, one
+    # module run on the host, no question to vLLM and nothing applied.
     rc, stats, tasks = play(model, new)
     assert rc == 0 and stats["changed"] == 0 and snapshot(model) == pristine
+    assert tasks["Ask the installed vLLM whether a backend accepts the checkpoint's KV-cache dtype"].get("skipped") is True
+    assert tasks["Apply the KV-cache decision, and record it"].get("skipped") is True
+    assert decision(tasks) == line.replace("-> keep it;", "-> keep it (recorded for these inputs and files: nothing "
+                                           "asked or changed);")
+
+    # Without the record (another state directory), the same question of the same install about the
+    # same files: the answer the real vLLM gave, from the probe's cache, without importing vLLM.
+    rc, stats, tasks = play(model, new, fleet_vllm_state_dir=str(tmp_path / "other-state"))
+    assert rc == 0 and stats["changed"] == 1 and snapshot(model) == pristine  # the record is written
     assert tasks["Ask the installed vLLM whether a backend accepts the checkpoint's KV-cache dtype"]["cached"] is True
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from ansible.errors import AnsibleFilterError
 
@@ -68,3 +70,45 @@ def test_a_probe_that_did_not_ask_the_backends_is_an_error():
 def test_unknown_policy_names_the_variable():
     with pytest.raises(AnsibleFilterError, match="vllm_kv_cache_policy is 'sometimes'"):
         kv_cache_decision("sometimes", "fp8_e4m3", None)
+
+
+# ---------------------------------------------------------------------------- kv_cache_decision_key
+
+INPUTS = {"policy": "auto", "model_path": "/srv/served/v1", "python": "/opt/vllm/venvs/pypi-0.33.0/bin/python",
+          "compute_capability": "12.0", "method": "auto", "environment": {}}
+
+
+def test_the_decision_key_changes_with_every_input_and_not_with_their_order():
+    from ansible_collections.fleet.vllm.plugins.filter.kv_cache_decision import kv_cache_decision_key
+
+    key = kv_cache_decision_key(INPUTS)
+    assert len(key) == 64 and key == kv_cache_decision_key(dict(reversed(list(INPUTS.items()))))
+    changed = {kv_cache_decision_key(dict(INPUTS, **{name: value})) for name, value in (
+        ("policy", "keep"), ("model_path", "/srv/served/v2"), ("python", "/opt/vllm/venvs/pypi-0.34.0/bin/python"),
+        ("compute_capability", "10.0"), ("method", "table"), ("environment", {"VLLM_TARGET_DEVICE": "cpu"}))}
+    assert len(changed) == 6 and key not in changed
+
+
+def test_the_decision_key_changes_with_the_code_of_the_rules(tmp_path, monkeypatch):
+    """A collection upgrade that changes how the KV cache is decided decides again."""
+    from ansible_collections.fleet.vllm.plugins.filter import kv_cache_decision as module
+
+    root = tmp_path / "collection"
+    for name in module._RULES_SOURCES:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes((Path(module._COLLECTION_ROOT) / name).read_bytes())
+    monkeypatch.setattr(module, "_COLLECTION_ROOT", str(root))
+    key = module.kv_cache_decision_key(INPUTS)
+    for name in module._RULES_SOURCES:
+        original = (root / name).read_bytes()
+        (root / name).write_bytes(original + b"\n# changed\n")
+        assert module.kv_cache_decision_key(INPUTS) != key, name
+        (root / name).write_bytes(original)
+    assert module.kv_cache_decision_key(INPUTS) == key
+
+
+def test_the_decision_key_needs_a_dict():
+    from ansible_collections.fleet.vllm.plugins.filter.kv_cache_decision import kv_cache_decision_key
+
+    with pytest.raises(AnsibleFilterError, match=r"^kv_cache_decision_key: expects a dict of the decision's inputs, got <class 'str'>$"):
+        kv_cache_decision_key("auto")

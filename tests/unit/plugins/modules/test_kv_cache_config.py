@@ -387,3 +387,63 @@ def test_read_only_file_fails_before_any_write(run_module, world_model):
     assert run.failed, run
     assert "cannot write %s: the file is read-only" % (model / "config.json") in run.result["msg"]
     assert snapshot(model) == before
+
+
+# ---------------------------------------------------------------------------- the recorded decision
+
+DECISION = {"state": "absent", "reason": "policy strip", "line": "policy strip: checkpoint asks for fp8_e4m3 -> strip"}
+
+
+def test_a_recorded_decision_is_returned_only_for_its_key_and_untouched_files(run_module, model_dir, tmp_path):
+    """The role's rerun with nothing new is one read: the decision comes back while the key (its
+    inputs) and the files it left are the same; any change and it is null, so the role decides again."""
+    model = model_dir("kimi-k2.5-nvfp4")
+    record = tmp_path / "state" / "kv-cache" / "decision.json"
+    args = {"path": str(model), "decision_file": str(record), "decision_key": "key-1"}
+
+    first = run_module("kv_cache_config", args, check=True)
+    assert not first.failed and first.result["decision"] is None and first.result["decision_recorded"] is False, first
+
+    check = run_module("kv_cache_config", dict(args, state="absent", decision=DECISION), check=True)
+    assert check.result["changed"] is True and check.result["decision_recorded"] is True
+    assert not record.exists()
+
+    applied = run_module("kv_cache_config", dict(args, state="absent", decision=DECISION))
+    assert not applied.failed and applied.result["changed"] is True and applied.result["decision_recorded"] is True
+    assert stat.S_IMODE(os.stat(record).st_mode) == 0o644
+    written = _json(record)
+    assert written["key"] == "key-1" and written["decision"] == DECISION and written["format"] == 1
+    assert sorted(written["files"]) == sorted(["config.json", "hf_quant_config.json", RECORD])
+    assert all(written["files"].values())  # the stripped files and the strip record, as left
+
+    read = run_module("kv_cache_config", args, check=True)
+    assert read.result["decision"] == DECISION and read.result["changed"] is False
+
+    again = run_module("kv_cache_config", dict(args, state="absent", decision=DECISION))
+    assert again.result["changed"] is False and again.result["decision_recorded"] is False
+
+    other_key = run_module("kv_cache_config", dict(args, decision_key="key-2"), check=True)
+    assert other_key.result["decision"] is None
+
+    config = model / "config.json"
+    config.write_text(config.read_text(encoding="utf-8").replace("{", "{\n  \"edited\": true,", 1), encoding="utf-8")
+    edited = run_module("kv_cache_config", args, check=True)
+    assert not edited.failed and edited.result["decision"] is None
+
+
+def test_a_record_that_is_not_ours_is_ignored_and_rewritten(run_module, model_dir, tmp_path):
+    model = model_dir("kimi-k2.5-nvfp4")
+    record = tmp_path / "decision.json"
+    record.write_text("not json")
+    args = {"path": str(model), "decision_file": str(record), "decision_key": "k"}
+    assert run_module("kv_cache_config", args, check=True).result["decision"] is None
+    applied = run_module("kv_cache_config", dict(args, state="absent", decision=DECISION))
+    assert not applied.failed and _json(record)["decision"] == DECISION
+
+
+def test_decision_file_needs_a_key(run_module, model_dir, tmp_path):
+    model = model_dir("kimi-k2.5-nvfp4")
+    before = snapshot(tmp_path)
+    run = run_module("kv_cache_config", {"path": str(model), "decision_file": str(tmp_path / "d.json")})
+    assert run.failed and run.result["msg"] == "missing parameter(s) required by 'decision_file': decision_key"
+    assert snapshot(tmp_path) == before
