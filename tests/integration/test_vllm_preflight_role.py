@@ -213,33 +213,43 @@ def test_a_listing_that_fails_names_the_endpoint_and_the_way_out(tmp_path, hub):
 
     assert proc.returncode == 2
     assert server.requests == [("/api/models/%s/tree/v9?recursive=true" % REPO, "Bearer " + TOKEN)]
-    listed = results(out, "List the files of the model revision")
-    assert list(listed.values())[0]["censored"].startswith("the output has been hidden")
-    failed = list(results(out, "Fail when the revision's files could not be listed").values())
+    failed = list(results(out, "List the files of the model revision").values())
     assert len(failed) == 1 and failed[0]["failed"] is True
-    assert failed[0]["msg"] == (
+    assert (
         "Cannot list the files of %s at revision v9 from %s (GET %s/api/models/%s/tree/v9?recursive=true): "
-        "HTTP 404, Status code was 404 and not [200]: HTTP Error 404: Not Found. Check vllm_preflight_hub_endpoint, vllm_preflight_model_repo, "
+        "HTTP 404 Not Found. Check vllm_preflight_hub_endpoint, vllm_preflight_model_repo, "
         "vllm_preflight_model_revision and vllm_preflight_hf_token (gated and private models need one), or set "
-        "vllm_preflight_model_size_bytes to the model's size in bytes." % (REPO, server.endpoint, server.endpoint, REPO))
+        "vllm_preflight_model_size_bytes to the model's size in bytes." % (REPO, server.endpoint, server.endpoint, REPO)
+    ) in failed[0]["msg"], failed[0]["msg"]
     assert results(out, "Check the host against what vLLM and the model need") == {}
     assert TOKEN not in proc.stdout + proc.stderr
 
 
-def test_a_listing_of_several_pages_is_refused_rather_than_undercounted(tmp_path, hub):
-    """The Hub pages long listings with a Link header (rel="next"); the role reads one page only."""
-    files, dummy = listing(119, 10 * 1024 * 1024)
-    server = hub({})
-    server.routes[TREE_PATH] = (200, files[:50], {"Link": '<%s/api/models/%s/tree/main?recursive=true&cursor=ZXlK>; rel="next"'
-                                                  % (server.endpoint, REPO)})
+def test_an_empty_listing_is_refused(tmp_path, hub):
+    server = hub({TREE_PATH: (200, [{"type": "directory", "path": "docs", "size": 0, "oid": "0" * 40}])})
     proc, out = play(tmp_path, {"vllm_preflight_hub_endpoint": server.endpoint})
-
     assert proc.returncode == 2
     failed = list(results(out, "Fail when the revision's files could not be listed").values())
-    assert len(failed) == 1
-    assert ("?recursive=true): the listing has more than one page, which this role does not follow. Check "
-            "vllm_preflight_hub_endpoint") in failed[0]["msg"]
+    assert len(failed) == 1 and failed[0]["msg"] == (
+        "%s lists no file for %s at revision main. Check vllm_preflight_hub_endpoint, vllm_preflight_model_repo, "
+        "vllm_preflight_model_revision and vllm_preflight_hf_token (gated and private models need one), or set "
+        "vllm_preflight_model_size_bytes to the model's size in bytes." % (server.endpoint, REPO))
     assert results(out, "Check the host against what vLLM and the model need") == {}
+
+
+def test_a_listing_of_several_pages_is_read_to_its_end(tmp_path, hub):
+    """The Hub pages long listings with a Link header (rel="next"): every page counts."""
+    files, total = listing(119, 10 * 1024 * 1024)
+    server = hub({})
+    second = TREE_PATH + "&cursor=ZXlK"
+    server.routes[TREE_PATH] = (200, files[:50], {"Link": '<%s%s>; rel="next"' % (server.endpoint, second)})
+    server.routes[second] = (200, files[50:])
+    proc, out = play(tmp_path, {"vllm_preflight_hub_endpoint": server.endpoint})
+
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert server.requests == [(TREE_PATH, "Bearer " + TOKEN), (second, "Bearer " + TOKEN)]
+    for result in results(out, "Check the host against what vLLM and the model need").values():
+        assert result["measured"]["disk"]["model_size_bytes"] == total
 
 
 def test_a_given_size_skips_the_hub_and_too_few_gpus_fail(tmp_path, hub):

@@ -1,0 +1,165 @@
+"""The hub_revision lookup against a local HTTP server that answers the Hub API's revision and
+tree endpoints as the Hub does (the tree paginated with a Link header), and records what it was
+asked and with which Authorization header."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from ansible.errors import AnsibleLookupError
+
+import yaml
+from ansible import constants as C
+
+from ansible_collections.fleet.vllm.plugins.lookup import hub_revision
+
+REPO = "nvidia/Kimi-K2.5-NVFP4"
+SHA = "a45267417813fc76eec8350af9f643b68aa5d195"
+TOKEN = "hf_fleetvllmTestTokenNotReal0123456789"
+PAGE1 = [{"type": "file", "path": "config.json", "size": 3481, "oid": "5c2b8e37d8a0a4b2a0c1a3b5f3a51b4b25b1e2a1"}]
+PAGE2 = [{"type": "file", "path": "model-00001-of-00001.safetensors", "size": 135, "oid": "%040x" % 1,
+          "lfs": {"oid": "%064x" % 1, "size": 5000000, "pointerSize": 135}}]
+
+
+class Hub(object):
+    def __init__(self, routes):
+        self.routes, self.requests = routes, []
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                hub.requests.append((self.path, self.headers.get("Authorization")))
+                status, body, headers = (hub.routes.get(self.path, (404, {"error": "Repository Not Found"})) + ({},))[:3]
+                data = body if isinstance(body, bytes) else json.dumps(body).encode()
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value.replace("{endpoint}", hub.endpoint))
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = "http://127.0.0.1:%d" % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def hub():
+    servers = []
+
+    def start(routes):
+        servers.append(Hub(routes))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def lookup(*terms, **options):
+    """The lookup with its options defined from its documentation, as Ansible's plugin loader does."""
+    name = "fleet.vllm.hub_revision"
+    C.config.initialize_plugin_configuration_definitions(
+        "lookup", name, yaml.safe_load(hub_revision.DOCUMENTATION)["options"])
+    plugin = hub_revision.LookupModule()
+    plugin._load_name = name
+    return plugin.run(list(terms), variables={}, **options)
+
+
+def routes(tree_pages=True):
+    tree = "/api/models/%s/tree/%s?recursive=true" % (REPO, SHA)
+    found = {"/api/models/%s/revision/main" % REPO: (200, {"id": REPO, "sha": SHA, "siblings": []})}
+    if tree_pages:
+        found[tree] = (200, PAGE1, {"Link": '<{endpoint}%s&cursor=2>; rel="next"' % tree})
+        found[tree + "&cursor=2"] = (200, PAGE2)
+    return found
+
+
+def test_the_commit_and_every_page_of_its_files_with_the_token_in_a_header(hub):
+    server = hub(routes())
+    assert lookup(REPO, revision="main", endpoint=server.endpoint + "/", token=TOKEN) == [
+        {"commit": SHA, "files": PAGE1 + PAGE2}]
+    assert server.requests == [
+        ("/api/models/%s/revision/main" % REPO, "Bearer " + TOKEN),
+        ("/api/models/%s/tree/%s?recursive=true" % (REPO, SHA), "Bearer " + TOKEN),
+        ("/api/models/%s/tree/%s?recursive=true&cursor=2" % (REPO, SHA), "Bearer " + TOKEN),
+    ]
+
+
+def test_without_files_only_the_commit_is_asked_and_no_token_no_header(hub):
+    server = hub(routes(tree_pages=False))
+    assert lookup(REPO, revision="main", endpoint=server.endpoint, files=False) == [{"commit": SHA, "files": []}]
+    assert server.requests == [("/api/models/%s/revision/main" % REPO, None)]
+
+
+def test_a_revision_with_a_slash_is_quoted(hub):
+    server = hub({"/api/models/%s/revision/refs%%2Fpr%%2F3" % REPO: (200, {"sha": SHA})})
+    assert lookup(REPO, revision="refs/pr/3", endpoint=server.endpoint, files=False)[0]["commit"] == SHA
+
+
+def test_an_error_names_the_request_and_what_to_check_and_never_the_token(hub):
+    server = hub({})
+    with pytest.raises(AnsibleLookupError) as error:
+        lookup(REPO, revision="main", endpoint=server.endpoint, token=TOKEN)
+    url = "%s/api/models/%s/revision/main" % (server.endpoint, REPO)
+    assert str(error.value) == (
+        "Cannot resolve %s at revision main from %s (GET %s): HTTP 404 Not Found. Check the endpoint, the repository, "
+        "the revision and, for a gated or private model, the token." % (REPO, server.endpoint, url))
+    with pytest.raises(AnsibleLookupError) as error:
+        lookup(REPO, revision="main", endpoint=server.endpoint, hint="Check vllm_weights_endpoint.")
+    assert str(error.value).endswith("HTTP 404 Not Found. Check vllm_weights_endpoint.")
+    assert TOKEN not in str(error.value)
+
+
+@pytest.mark.parametrize("body, why", [
+    ({"id": REPO}, "the answer has no commit sha"),
+    (b"<html>login</html>", "the answer is not JSON"),
+])
+def test_an_answer_without_a_commit_is_refused(hub, body, why):
+    server = hub({"/api/models/%s/revision/main" % REPO: (200, body)})
+    with pytest.raises(AnsibleLookupError, match="^Cannot resolve %s at revision main from .*: %s\\. " % (REPO, why)):
+        lookup(REPO, revision="main", endpoint=server.endpoint)
+
+
+def test_a_tree_that_is_not_a_list_is_refused(hub):
+    found = routes(tree_pages=False)
+    found["/api/models/%s/tree/%s?recursive=true" % (REPO, SHA)] = (200, {"error": "no"})
+    server = hub(found)
+    with pytest.raises(AnsibleLookupError, match="^Cannot list the files of %s at revision %s from .*: the answer is not a JSON "
+                                                 "list of files\\. " % (REPO, SHA)):
+        lookup(REPO, revision="main", endpoint=server.endpoint)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"revision": "main", "endpoint": "ftp://hub"}, "hub_revision: endpoint 'ftp://hub' is not an http(s) URL"),
+    ({"revision": "ma in", "endpoint": "http://hub"}, "hub_revision: revision 'ma in' is empty or has blanks"),
+])
+def test_bad_options_are_named(options, message):
+    with pytest.raises(AnsibleLookupError) as error:
+        lookup(REPO, **options)
+    assert str(error.value) == message
+
+
+def test_a_bad_repository_name_is_named():
+    with pytest.raises(AnsibleLookupError) as error:
+        lookup("Kimi-K2.5-NVFP4", revision="main", endpoint="http://hub")
+    assert str(error.value) == "hub_revision: 'Kimi-K2.5-NVFP4' is not a repository name owner/name"
+
+
+def test_without_resolve_the_revision_is_listed_as_named(hub):
+    tree = "/api/models/%s/tree/main?recursive=true" % REPO
+    server = hub({tree: (200, PAGE1)})
+    assert lookup(REPO, revision="main", endpoint=server.endpoint, resolve=False) == [{"commit": None, "files": PAGE1}]
+    assert server.requests == [(tree, None)]
+    by_sha = hub({"/api/models/%s/tree/%s?recursive=true" % (REPO, SHA): (200, PAGE2)})
+    assert lookup(REPO, revision=SHA, endpoint=by_sha.endpoint, resolve=False) == [{"commit": SHA, "files": PAGE2}]
