@@ -9,17 +9,15 @@ asked. Everything else (disk, /dev/shm, limits, /sys, /proc) is this machine's.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 import yaml
 
 from conftest import FIXTURES, ROOT, run_playbook
+from tests.hub.api_server import HubApi
 
 pytestmark = pytest.mark.integration
 
@@ -53,46 +51,12 @@ def listing(shards, shard_bytes):
     return files, total
 
 
-class FakeHub(object):
-    """The tree API of a Hub mirror on 127.0.0.1: answers `routes` ({path: (status, JSON body[, headers])})."""
-
-    def __init__(self, routes):
-        self.routes = routes
-        self.requests = []
-        hub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 (http.server's name)
-                hub.requests.append((self.path, self.headers.get("Authorization")))
-                status, body, headers = (hub.routes.get(self.path, (404, {"error": "Repository Not Found"})) + ({},))[:3]
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Type", "application/json; charset=utf-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.endpoint = "http://127.0.0.1:%d" % self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
 def hub():
     servers = []
 
     def start(routes):
-        server = FakeHub(routes)
+        server = HubApi(routes)
         servers.append(server)
         return server
 

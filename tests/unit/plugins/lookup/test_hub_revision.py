@@ -4,10 +4,6 @@ asked and with which Authorization header."""
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 from ansible.errors import AnsibleLookupError
 
@@ -15,6 +11,7 @@ import yaml
 from ansible import constants as C
 
 from ansible_collections.fleet.vllm.plugins.lookup import hub_revision
+from tests.hub.api_server import HubApi
 
 REPO = "nvidia/Kimi-K2.5-NVFP4"
 SHA = "a45267417813fc76eec8350af9f643b68aa5d195"
@@ -24,41 +21,12 @@ PAGE2 = [{"type": "file", "path": "model-00001-of-00001.safetensors", "size": 13
           "lfs": {"oid": "%064x" % 1, "size": 5000000, "pointerSize": 135}}]
 
 
-class Hub(object):
-    def __init__(self, routes):
-        self.routes, self.requests = routes, []
-        hub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802
-                hub.requests.append((self.path, self.headers.get("Authorization")))
-                status, body, headers = (hub.routes.get(self.path, (404, {"error": "Repository Not Found"})) + ({},))[:3]
-                data = body if isinstance(body, bytes) else json.dumps(body).encode()
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value.replace("{endpoint}", hub.endpoint))
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.endpoint = "http://127.0.0.1:%d" % self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
 def hub():
     servers = []
 
     def start(routes):
-        servers.append(Hub(routes))
+        servers.append(HubApi(routes))
         return servers[-1]
 
     yield start
