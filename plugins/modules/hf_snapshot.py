@@ -649,9 +649,9 @@ class HfSnapshot(object):
                 raise Failure("%s: %s; pass the hub's listing of the commit" % (self.name("listing"), exc))
             undigested = [item["path"] for item in files if not snap.expected_digest(item)]
             if not files or undigested:
+                what = "it is empty" if not files else "these have neither: %s" % ", ".join(undigested[:5])
                 raise Failure("%s must give every file a sha256 (LFS files) or a git_sha1 (the others), as the hub's "
-                              "listing does; %s" % (self.name("listing"), "it is empty" if not files else
-                                                   "these have neither: %s" % ", ".join(undigested[:5])))
+                              "listing does; %s" % (self.name("listing"), what))
             return revision, files, manifest, True
         if manifest is not None:
             same_patterns = (manifest.get("allow_patterns") or None) == (p["allow_patterns"] or None) and \
@@ -857,7 +857,7 @@ class HfSnapshot(object):
             return {}
         return record.get("files") or {}
 
-    def verify(self, commit, directory, files, state, trusted, record, hash_files=True):
+    def verify(self, commit, directory, files, state, trusted, record, hash_files=True, fresh=False):
         """Adds the digest check to snap.check()'s state: wrong_digest / wrong_hash (content differs from the hub's
         listing), unverified (not hashed: a listing without the hub's digests, or hash_files false and no record of
         the file). Files the verified record shows unchanged since they matched are not read again."""
@@ -874,7 +874,8 @@ class HfSnapshot(object):
                 def progress(done):
                     self.write_progress(state="running", message="checking the files against the hub's listing: %s "
                                         "hashed" % snap.human_bytes(done))
-                found = snap.verify_digests(directory, files, record, deep=p["deep"], workers=HASH_WORKERS,
+                # deep: every file is read once in this run, not once more after a download (fresh: hashed in this run).
+                found = snap.verify_digests(directory, files, record, deep=p["deep"] and not fresh, workers=HASH_WORKERS,
                                             progress=progress)
             else:
                 # A query reads no byte: what the record shows unchanged is verified, the rest is not known yet.
@@ -972,7 +973,7 @@ class HfSnapshot(object):
                                           item["path"], item["expected"], "no file" if item["size"] is None
                                           else "%d bytes" % item["size"]) for item in state["wrong_size"][:5]),
                                       self.name("peer") if self.peer else self.name("endpoint"), directory))
-                state = self.verify(commit, directory, files, state, True, dict(record, **self.arrived))
+                state = self.verify(commit, directory, files, state, True, dict(record, **self.arrived), fresh=True)
                 if state["wrong_digest"]:
                     source = "the peer %s" % self.peer if self.peer else p["endpoint"]
                     moved = self.reject(commit, directory, state["wrong_hash"])
