@@ -12,7 +12,8 @@ sparse reads as zeros - both are read and sent in full, nothing is compressed) i
   vllm_weights role configures (its rsyncd.conf and handshake gate, socket-activated per
   connection by systemd's systemd-socket-activate as fleet-vllm-rsyncd.socket does), the module
   run as Ansible runs it (a process with its arguments file), including its manifest read,
-  watchdog, verification (sizes, safetensors index) and manifest write;
+  watchdog, verification (sizes, safetensors index, and every file's digest against the listing
+  the role gets from the hub: it reads every byte it copied once more) and manifest write;
 - **raw**: a Python socket stream of the same files over the same path (read 1 MiB, sendall;
   recv_into, write), what `nc` would do, into files on the same filesystem.
 
@@ -177,10 +178,16 @@ def make_snapshot(base, gb, fill):
         files.append(dict(path=name, size=size))
     (directory / "config.json").write_text('{"architectures": ["DeepseekV3ForCausalLM"]}\n')
     files.append(dict(path="config.json", size=(directory / "config.json").stat().st_size))
+    # The hub's listing gives every file its digest (sha256 of LFS files, git blob sha1 of the others); the copy is
+    # checked against it, as the role's copies are.
+    for item in files:
+        kind = "sha256" if item["path"].endswith(".safetensors") else "git-sha1"
+        item["sha256" if kind == "sha256" else "git_sha1"] = snap.digest_of(
+            str(directory / item["path"]), kind, item["size"]).split(":", 1)[1]
     snap.write_manifest(str(directory), snap.make_manifest(REPO, COMMIT, files, COMMIT))
     for path in [base, *(base / "seed").rglob("*"), base / "seed"]:
         os.chmod(path, 0o755 if path.is_dir() else 0o644)
-    return directory, sum(f["size"] for f in files)
+    return directory, sum(f["size"] for f in files), files
 
 
 def start_daemon(ends, base):
@@ -200,10 +207,10 @@ def start_daemon(ends, base):
     return proc
 
 
-def role_copy(ends, base, run):
+def role_copy(ends, base, run, listing):
     work = base / ("role-%d" % run)
     work.mkdir()
-    args = dict(repo_id=REPO, revision=COMMIT, dest=str(work / "pristine"), retries=0,
+    args = dict(repo_id=REPO, revision=COMMIT, dest=str(work / "pristine"), retries=0, listing=listing,
                 peer=["rsync://%s:%d/%s/%s" % (ends.seed_addr, PORT, MODULE, REPO_DIR)],
                 progress_file=str(work / "progress.json"), _ansible_remote_tmp=str(work), _ansible_check_mode=False)
     (work / "args.json").write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
@@ -256,7 +263,7 @@ def main():
     daemon = None
     try:
         with Ends(opts.loopback) as ends:
-            source, total = make_snapshot(base, opts.gb, opts.fill)
+            source, total, listing = make_snapshot(base, opts.gb, opts.fill)
             daemon = start_daemon(ends, base)
             rsync_version = sh("rsync", "--version").stdout.split("\n")[0]
             print("Peer copy throughput: %s snapshot (%d files, %s), %s; %s; best of %d" % (
@@ -268,9 +275,9 @@ def main():
             for run in range(1, opts.runs + 1):
                 if run % 2:
                     raw_times.append(raw_copy(ends, base, source, run))
-                    role_times.append(role_copy(ends, base, run))
+                    role_times.append(role_copy(ends, base, run, listing))
                 else:
-                    role_times.append(role_copy(ends, base, run))
+                    role_times.append(role_copy(ends, base, run, listing))
                     raw_times.append(raw_copy(ends, base, source, run))
                 print("  run %d: raw %.1f s, role %.1f s" % (run, raw_times[-1], role_times[-1]), flush=True)
             raw, role = min(raw_times), min(role_times)

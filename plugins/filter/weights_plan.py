@@ -55,7 +55,8 @@ _value:
   type: dict
 """
 
-# weights_peer_address, weights_peer_url, weights_status and weights_networks are documented in their .yml files next to this one.
+# weights_peer_address, weights_peer_url, weights_status, weights_networks and weights_listing are documented in their .yml
+# files next to this one.
 
 import ipaddress
 
@@ -226,7 +227,49 @@ def weights_networks(facts, networks=None, loopback=False):
     return [str(network) for network in unique]
 
 
+def weights_listing(tree, allow_patterns=None, ignore_patterns=None):
+    """The Hub's tree listing (GET /api/models/REPO/tree/COMMIT?recursive=true) -> fleet.vllm.hf_snapshot's listing:
+    [{path, size, sha256}] for LFS files (lfs.oid is the sha256 of the content), [{path, size, git_sha1}] for the
+    others (oid is the git blob id of the content), filtered as huggingface_hub's filter_repo_objects does."""
+    import fnmatch
+
+    if not isinstance(tree, list):
+        raise AnsibleFilterError("weights_listing: the hub's tree listing is a JSON list of entries, got %s"
+                                 % type(tree).__name__)
+
+    def patterns(value):
+        if not value:
+            return None
+        value = [value] if isinstance(value, str) else list(value)
+        return [item + "*" if item.endswith("/") else item for item in value]
+
+    allow, ignore = patterns(allow_patterns), patterns(ignore_patterns)
+    result = []
+    for entry in tree:
+        if not isinstance(entry, dict) or entry.get("type") != "file":
+            continue
+        path = entry.get("path")
+        if not isinstance(path, str) or not path:
+            raise AnsibleFilterError("weights_listing: a file entry without a path: %r" % (entry,))
+        if allow is not None and not any(fnmatch.fnmatch(path, pattern) for pattern in allow):
+            continue
+        if ignore is not None and any(fnmatch.fnmatch(path, pattern) for pattern in ignore):
+            continue
+        lfs = entry.get("lfs")
+        if isinstance(lfs, dict) and lfs.get("oid"):
+            oid = str(lfs["oid"])
+            result.append(dict(path=path, size=lfs.get("size", entry.get("size")),
+                               sha256=oid.split(":", 1)[1] if oid.startswith("sha256:") else oid))
+        elif entry.get("oid"):
+            result.append(dict(path=path, size=entry.get("size"), git_sha1=str(entry["oid"])))
+        else:
+            raise AnsibleFilterError("weights_listing: the hub lists %s without a git blob id (oid) or an LFS sha256: "
+                                     "it cannot be verified; is this a Hugging Face Hub API?" % path)
+    return result
+
+
 class FilterModule(object):
     def filters(self):
         return dict(weights_plan=weights_plan, weights_peer_address=weights_peer_address, weights_status=weights_status,
-                    weights_networks=weights_networks, weights_peer_url=weights_peer_url)
+                    weights_networks=weights_networks, weights_peer_url=weights_peer_url,
+                    weights_listing=weights_listing)

@@ -10,12 +10,10 @@ download that stalls is stopped by killing that process. The token comes in the 
 (HF_TOKEN), never on the command line. PAYLOAD prints one JSON answer on its last stdout line;
 everything huggingface_hub prints goes to stderr.
 
-Question: ``{"op": "resolve"|"dry_run"|"download", "repo_id": str, "revision": str,
-"allow_patterns": [str]|null, "ignore_patterns": [str]|null, "local_dir": str (dry_run,
-download), "max_workers": int (download)}``.
+Question: ``{"op": "resolve"|"download", "repo_id": str, "revision": str,
+"allow_patterns": [str]|null, "ignore_patterns": [str]|null, "local_dir": str (download), "max_workers": int (download)}``.
 
-Answers: resolve -> ``{"commit": sha, "files": [{"path", "size", "sha256"?}]}``; dry_run ->
-``{"files": [{"path", "size", "will_download"}]}``; download -> ``{"path": str}``; any failure ->
+Answers: resolve -> ``{"commit": sha, "files": [{"path", "size", "sha256" (LFS) or "git_sha1"}]}``; download -> ``{"path": str}``; any failure ->
 ``{"error": {"type", "status", "message", "retry_after", "fatal"}}``.
 
 Private to the fleet.vllm collection: the interface may change without notice.
@@ -109,14 +107,11 @@ def main(question):
                 if entry.lfs is not None:
                     item["size"] = entry.lfs.size
                     item["sha256"] = entry.lfs.sha256
+                else:
+                    # The git blob id of the content (sha1 of "blob <size>\0<content>").
+                    item["git_sha1"] = entry.blob_id
                 files.append(item)
             return dict(commit=commit, files=files, hub_version=huggingface_hub.__version__)
-        if op == "dry_run":
-            infos = snapshot_download(question["repo_id"], revision=question["revision"],
-                                      local_dir=question["local_dir"], allow_patterns=allow,
-                                      ignore_patterns=ignore, dry_run=True)
-            return dict(files=[dict(path=info.filename, size=info.file_size, will_download=info.will_download)
-                               for info in infos])
         if op == "download":
             path = snapshot_download(question["repo_id"], revision=question["revision"],
                                      local_dir=question["local_dir"], allow_patterns=allow,

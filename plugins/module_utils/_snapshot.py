@@ -23,6 +23,8 @@ import hashlib
 import json
 import os
 import re
+import stat
+import threading
 import time
 
 MANIFEST_NAME = ".fleet-vllm-snapshot.json"
@@ -32,6 +34,15 @@ HF_DIR = os.path.join(".cache", "huggingface")
 INDEX_SUFFIX = ".safetensors.index.json"
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 HASH_CHUNK = 8 * 1024 * 1024
+SHA1_RE = re.compile(r"^[0-9a-f]{40}$")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+# Where the listing of a manifest came from: only a manifest written from the hub's (or the site mirror's)
+# own listing of the commit is trusted for the files' digests; one a peer sent is not.
+DIGESTS_FROM = "hub"
+RECORD_VERSION = 1
+# Modes the snapshot is given whatever the umask (a CIS umask of 027 would leave it unreadable to the service).
+DIR_MODE = 0o755
+FILE_MODE = 0o644
 
 
 class SnapshotError(Exception):
@@ -68,13 +79,22 @@ def normalise_files(files):
         item = dict(path=path, size=size)
         sha256 = entry.get("sha256")
         if sha256:
+            if not isinstance(sha256, str) or not SHA256_RE.match(sha256):
+                raise SnapshotError("the listing gives %s an invalid sha256 (%r)" % (path, sha256))
             item["sha256"] = sha256
+        git_sha1 = entry.get("git_sha1")
+        if git_sha1 and not sha256:
+            if not isinstance(git_sha1, str) or not SHA1_RE.match(git_sha1):
+                raise SnapshotError("the listing gives %s an invalid git blob sha1 (%r)" % (path, git_sha1))
+            item["git_sha1"] = git_sha1
         result.append(item)
     return sorted(result, key=lambda item: item["path"])
 
 
 def make_manifest(repo_id, commit, files, revision=None, allow_patterns=None, ignore_patterns=None):
+    """Written only from the hub's (or the mirror's) listing of the commit, never from a peer's manifest."""
     return dict(
+        digests=DIGESTS_FROM,
         version=MANIFEST_VERSION,
         repo_id=repo_id,
         commit=commit,
@@ -117,8 +137,196 @@ def write_manifest(directory, manifest):
         handle.write("\n")
         handle.flush()
         os.fsync(handle.fileno())
-    os.chmod(tmp, 0o644)
+    os.chmod(tmp, FILE_MODE)
     os.rename(tmp, path)
+
+
+def manifest_trusted(manifest):
+    """Whether a manifest's digests come from the hub's listing (this collection wrote it from one)."""
+    return bool(manifest) and manifest.get("digests") == DIGESTS_FROM and all(
+        item.get("sha256") or item.get("git_sha1") for item in manifest.get("files") or [])
+
+
+# ---- digests: what the hub's listing says of each file ----------------------------------------
+# The Hub's tree listing gives every file its git blob id (``oid``: sha1 of ``blob <size>\0<content>``),
+# and LFS files also ``lfs.oid``, the sha256 of their content (huggingface_hub: RepoFile.blob_id,
+# RepoFile.lfs.sha256). An LFS file's blob id is that of its pointer, not of its content: LFS files are
+# checked by sha256, the others by their git blob sha1.
+
+def expected_digest(item):
+    """'sha256:<hex>' or 'git-sha1:<hex>' for a listing entry, or None when the listing gives neither."""
+    if item.get("sha256"):
+        return "sha256:" + item["sha256"]
+    if item.get("git_sha1"):
+        return "git-sha1:" + item["git_sha1"]
+    return None
+
+
+def digest_of(path, kind, size=None):
+    """The digest of a file as expected_digest() names it ('sha256' or 'git-sha1')."""
+    if kind == "sha256":
+        digest = hashlib.sha256()
+    else:
+        digest = hashlib.sha1()
+        if size is None:
+            size = os.stat(path).st_size
+        digest.update(b"blob %d\0" % size)
+    buffer = bytearray(HASH_CHUNK)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as handle:
+        while True:
+            count = handle.readinto(buffer)
+            if not count:
+                break
+            digest.update(view[:count])
+    return "%s:%s" % (kind, digest.hexdigest())
+
+
+def file_key(st):
+    """What says a file has not changed since it was hashed: size, mtime (ns), inode, device."""
+    return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev]
+
+
+def read_record(path):
+    """The verified record (path -> {key, digest}) or {} when there is none or it is not ours."""
+    if not path:
+        return {}
+    try:
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read().decode("utf-8"))
+    except (IOError, OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("version") != RECORD_VERSION or not isinstance(data.get("files"), dict):
+        return {}
+    return data
+
+
+def write_record(path, repo_id, commit, directory, files):
+    """Atomically, 0644: every file verified, with its key and digest."""
+    data = dict(version=RECORD_VERSION, repo_id=repo_id, commit=commit, directory=directory, files=files,
+                written=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    parent = os.path.dirname(path)
+    if parent and not os.path.isdir(parent):
+        os.makedirs(parent, DIR_MODE)
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "w") as handle:
+        json.dump(data, handle, indent=1, sort_keys=True)
+        handle.write("\n")
+    os.chmod(tmp, FILE_MODE)
+    os.rename(tmp, path)
+
+
+def verify_digests(directory, files, record_files=None, deep=False, workers=2, progress=None):
+    """Hash the listed files that are on disk with their size, unless record_files (a verified record's
+    ``files``) shows the same file (size, mtime, inode, device) was hashed to the expected digest before.
+
+    Returns a dict: ``verified`` (path -> {key, digest}, the files that match, for the record),
+    ``wrong_digest`` ([{path, expected, actual}]), ``unverifiable`` (paths the listing gives no digest),
+    ``hashed_bytes``, ``hashed_files``. ``workers`` files are hashed at once (hashlib releases the GIL).
+    progress(hashed_bytes) is called after each file."""
+    record_files = record_files or {}
+    verified, wrong, unverifiable, todo = {}, [], [], []
+    for item in normalise_files(files):
+        full = os.path.join(directory, item["path"])
+        try:
+            st = os.stat(full)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode) or st.st_size != item["size"]:
+            continue
+        expected = expected_digest(item)
+        if expected is None:
+            unverifiable.append(item["path"])
+            continue
+        key = file_key(st)
+        known = record_files.get(item["path"])
+        if not deep and isinstance(known, dict) and known.get("key") == key and known.get("digest") == expected:
+            verified[item["path"]] = dict(key=key, digest=expected)
+            continue
+        todo.append((item, full, expected, key))
+    lock = threading.Lock()
+    done = dict(bytes=0, files=0)
+    errors = []
+
+    def work(queue):
+        while True:
+            with lock:
+                if not queue:
+                    return
+                item, full, expected, key = queue.pop(0)
+            try:
+                actual = digest_of(full, expected.split(":", 1)[0], item["size"])
+                st = os.stat(full)
+            except (IOError, OSError) as exc:
+                with lock:
+                    errors.append("%s: %s" % (full, exc.strerror or exc))
+                continue
+            with lock:
+                done["bytes"] += item["size"]
+                done["files"] += 1
+                if actual == expected and file_key(st) == key:
+                    verified[item["path"]] = dict(key=key, digest=expected)
+                elif actual != expected:
+                    wrong.append(dict(path=item["path"], expected=expected, actual=actual))
+                hashed = done["bytes"]
+            if progress is not None:
+                progress(hashed)
+
+    # Largest first: the parallel hashes end together.
+    queue = sorted(todo, key=lambda entry: -entry[0]["size"])
+    threads = [threading.Thread(target=work, args=(queue,)) for _i in range(max(1, min(workers, len(queue))))]
+    for thread in threads:
+        thread.daemon = True
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise SnapshotError("cannot read %s" % "; ".join(errors[:3]))
+    return dict(verified=verified, wrong_digest=sorted(wrong, key=lambda entry: entry["path"]),
+                unverifiable=unverifiable, hashed_bytes=done["bytes"], hashed_files=done["files"])
+
+
+def recorded(directory, files, record_files):
+    """Without reading a byte: the listed files the verified record shows unchanged (size, mtime, inode, device)
+    since they matched the digest the listing gives them now (path -> {key, digest})."""
+    verified = {}
+    for item in normalise_files(files):
+        known = (record_files or {}).get(item["path"])
+        expected = expected_digest(item)
+        if not isinstance(known, dict) or expected is None or known.get("digest") != expected:
+            continue
+        try:
+            st = os.stat(os.path.join(directory, item["path"]))
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_size == item["size"] and file_key(st) == known.get("key"):
+            verified[item["path"]] = dict(key=file_key(st), digest=expected)
+    return verified
+
+
+def fix_modes(directory, files, check_mode=False):
+    """Give the snapshot directory, the directories of its files and its files the modes the service user needs
+    (0755, 0644) whatever the umask they were written with. Returns the paths changed (or to change)."""
+    changed = []
+    dirs = set([directory])
+    for item in files:
+        parent = os.path.dirname(item["path"])
+        while parent:
+            dirs.add(os.path.join(directory, parent))
+            parent = os.path.dirname(parent)
+    targets = [(path, DIR_MODE) for path in sorted(dirs)] + [
+        (os.path.join(directory, item["path"]), FILE_MODE) for item in files]
+    for path, mode in targets:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISLNK(st.st_mode) or stat.S_IMODE(st.st_mode) == mode:
+            continue
+        if not check_mode:
+            os.chmod(path, mode)
+        changed.append(path)
+    return changed
 
 
 def _index_shards(directory, index_name, problems):
@@ -152,7 +360,8 @@ def sha256_of(path):
 
 
 def check(directory, files, deep=False):
-    """Compare a directory with the revision's files.
+    """Compare a directory with the revision's files: sizes and the safetensors index (digests:
+    verify_digests(), which the caller merges into ``wrong_hash``; ``deep`` is kept for callers).
 
     Returns a dict: ``complete`` (bool), ``missing`` (paths absent), ``wrong_size`` ([{path, size,
     expected}]), ``wrong_hash`` (paths, deep only), ``index_problems`` (shards the safetensors
@@ -181,12 +390,6 @@ def check(directory, files, deep=False):
             wrong_size.append(dict(path=item["path"], size=st.st_size, expected=item["size"]))
             missing_bytes += item["size"]
             continue
-        if deep and item.get("sha256"):
-            hashed_bytes += item["size"]
-            if sha256_of(full) != item["sha256"]:
-                wrong_hash.append(item["path"])
-                missing_bytes += item["size"]
-                continue
         present_bytes += item["size"]
         good.add(item["path"])
     for index_name in sorted(path for path in listed if path.endswith(INDEX_SUFFIX)):
@@ -220,9 +423,17 @@ def describe_problems(result, limit=5):
         parts.append("%d file(s) with the wrong size (%s)" % (len(result["wrong_size"]), ", ".join(
             "%s: %s bytes, expected %d" % (item["path"], "not a file" if item["size"] is None else item["size"],
                                            item["expected"]) for item in result["wrong_size"][:limit])))
-    if result["wrong_hash"]:
-        parts.append("%d file(s) whose sha256 differs from the listing (%s)" % (
+    if result.get("wrong_digest"):
+        parts.append("%d file(s) whose content differs from the hub's listing (%s)" % (
+            len(result["wrong_digest"]), ", ".join("%s: %s, the listing says %s" % (
+                item["path"], item["actual"], item["expected"]) for item in result["wrong_digest"][:limit])))
+    elif result["wrong_hash"]:
+        parts.append("%d file(s) whose content differs from the listing (%s)" % (
             len(result["wrong_hash"]), ", ".join(result["wrong_hash"][:limit])))
+    if result.get("unverified"):
+        parts.append("%d file(s) not verified against the hub's listing yet (%s%s)" % (
+            len(result["unverified"]), ", ".join(result["unverified"][:limit]),
+            ", ..." if len(result["unverified"]) > limit else ""))
     parts.extend(result["index_problems"][:limit])
     return "; ".join(parts)
 
@@ -236,6 +447,21 @@ def incomplete_files(directory):
             if name.endswith(".incomplete"):
                 found.append(os.path.join(base, name))
     return sorted(found)
+
+
+def partial_files(directory):
+    """rsync's partial files of an interrupted copy from a peer (``--partial-dir=.cache/rsync-partial``)."""
+    found = []
+    for base, _dirs, names in os.walk(os.path.join(directory, ".cache", "rsync-partial")):
+        for name in names:
+            found.append(os.path.join(base, name))
+    return sorted(found)
+
+
+def is_disk_full(message):
+    """Whether a child's error says the filesystem is full (ENOSPC) or the quota is exhausted (EDQUOT)."""
+    text = message or ""
+    return "No space left on device" in text or "Errno 28" in text or "Disk quota exceeded" in text or "Errno 122" in text
 
 
 def hf_metadata_path(directory, path):

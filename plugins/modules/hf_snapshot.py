@@ -21,12 +21,26 @@ description:
     Partial downloads a killed run left behind (huggingface_hub's C(.incomplete) files) are
     removed, and so are files whose size is wrong (huggingface_hub itself would keep a truncated
     file whose mtime is older than its metadata).
+  - A file that arrives with a size other than the listing's fails the run at once (another
+    attempt would fetch the same bytes), naming the file and both sizes; a full disk fails at
+    once too, removes the partial and wrong-sized files and says how much to free.
   - After downloading, and on every run, the snapshot is checked - every file of the listing
-    present with its exact size, every shard named by a C(*.safetensors.index.json) present; with
-    O(deep) the sha256 of every LFS file against the listing. A partial snapshot is never reported
-    as a success. The listing is then kept as a manifest (C(.fleet-vllm-snapshot.json)) in the
-    snapshot, so that a run with a commit sha checks a complete snapshot without a single request,
-    in time proportional to the number of files.
+    present with its exact size, every shard named by a C(*.safetensors.index.json) present, and
+    every file's content against the hub's listing of the commit (the sha256 of LFS files, the git
+    blob sha1 of the others - config, tokenizer and the C(*.py) code that C(--trust-remote-code)
+    runs). A partial snapshot is never reported as a success. The listing is then kept as a
+    manifest (C(.fleet-vllm-snapshot.json)) in the snapshot, so that a run with a commit sha checks
+    a complete snapshot without a single request.
+  - The listing comes from the hub or the site mirror only - O(listing) (fetched by the caller, for
+    example once by the controller), the manifest this module wrote from such a listing, or a
+    request to O(endpoint) - never from a peer. A file whose content differs from it is moved out
+    of the snapshot into C(O(dest)/.fleet-vllm-rejected/<commit>/) (mode 0700) and the run fails
+    naming the file, both digests and where it came from.
+  - With O(verified_record), what was verified is recorded (size, mtime, inode and digest of every
+    file), and a later run hashes only the files that changed since; without it, every run with
+    V(present) or V(verified) reads every byte.
+  - The snapshot's directories and files get modes 0755 and 0644 whatever the umask they were
+    written with, so that the service user can read them.
   - The download runs in a child process with the Python of O(python). A child that writes no
     byte for O(stall_timeout) seconds is killed and the download retried (after a stall, with Xet
     disabled - plain HTTP); 429, 5xx and dropped connections are retried with exponential backoff
@@ -40,8 +54,9 @@ attributes:
   check_mode:
     support: full
     description:
-      - Writes nothing. Lists the revision, checks the snapshot and the free space, and reports
-        what would be downloaded from huggingface_hub's C(dry_run) (RV(would_download)).
+      - Writes nothing and asks no peer. Lists the revision, checks the snapshot (sizes and
+        digests) and the free space, and reports what would be downloaded (RV(would_download));
+        huggingface_hub's own dry run is not used, as it creates directories in a partial snapshot.
   diff_mode:
     support: none
     description: Model files are not shown as a diff; RV(would_download) lists what changes.
@@ -115,10 +130,11 @@ options:
         role serves it read-only with an rsync daemon), for example
         C(rsync://gpu-node-01:8873/fleet-vllm-models/nvidia--Kimi-K2.5-NVFP4); or several such URLs,
         the candidates in the order to try them.
-      - O(revision) must then be a commit sha. The file list comes from the peer's manifest, the
-        files through C(rsync) with its partial files kept (an interrupted copy resumes), under the
-        same stall watchdog, retries, progress record and verification as a hub download; the hub
-        is not contacted.
+      - O(revision) must then be a commit sha. The file list and digests come from O(listing) (or
+        the hub), never from the peer; the files through C(rsync) with its partial files kept (an
+        interrupted copy resumes), under the same stall watchdog, retries, progress record and
+        verification against the hub's listing as a hub download. With O(listing) the hub is not
+        contacted.
       - A candidate copies only once its manifest is there (it completed the snapshot). One that
         refuses for capacity (rsync C(max connections) reached, or the socket's connection limit) is
         tried again after a backoff, the others in between, for up to O(peer_wait) seconds; one that
@@ -147,10 +163,25 @@ options:
     default: false
   deep:
     description:
-      - Also compare the sha256 of every LFS file (the shards) with the listing. Reads every
-        byte - about 30 minutes for 540 GB on a fast disk.
+      - Hash every file again, even those O(verified_record) shows unchanged since they were
+        verified. Reads every byte (see docs/evidence.md for the cost on 540 GB).
     type: bool
     default: false
+  listing:
+    description:
+      - The hub's (or the site mirror's) listing of the commit O(revision) names, as the caller
+        fetched it - C(path), C(size), and C(sha256) for LFS files or C(git_sha1) (the git blob id)
+        for the others; filter P(fleet.vllm.weights_listing#filter) makes it from the Hub's tree API.
+      - Every file of the snapshot is checked against it. O(revision) must be a commit sha.
+    type: list
+    elements: dict
+  verified_record:
+    description:
+      - A file (outside O(dest)) recording every verified file's size, mtime, inode and digest, so
+        that a later run hashes only what changed. Written 0644 after a successful check.
+      - With V(queried), files it does not show unchanged make RV(complete) false (RV(unverified)),
+        without reading a byte.
+    type: path
   disk_margin_percent:
     description: Free space required beyond the missing bytes, in percent of them.
     type: int
@@ -192,8 +223,11 @@ options:
 notes:
   - The snapshot directory is keyed by commit; old commits are left in place (remove them when
     no served directory links to them any more).
-  - Two runs for the same commit on one host do not download at once - the second fails at
-    once, naming the process that holds the lock.
+  - Two runs for the same commit on one host do not download at once. A run that finds a
+    download of the same commit still running (one an interrupted run left in the background - a
+    Ctrl-C on the controller, a failed play) takes it over - it says so in a warning and in
+    RV(took_over), waits for it to end (its progress record stays and goes on), then checks and
+    fetches what is left.
 requirements:
   - huggingface_hub 1.0 or later for the Python of O(python) (the module itself needs only the standard library).
   - C(rsync) on the host, with O(peer).
@@ -240,7 +274,7 @@ revision:
   returned: always
   type: str
 complete:
-  description: Whether every file of the revision is on disk with its size (and hash, with O(deep)).
+  description: Whether every file of the revision is on disk with its size and the content the hub's listing gives it.
   returned: success
   type: bool
 files:
@@ -261,12 +295,12 @@ missing:
   type: list
   elements: str
 would_download:
-  description: In check mode, the files huggingface_hub's dry run would download, with their sizes.
+  description: In check mode, the files that would be downloaded or copied, with their sizes.
   returned: check mode
   type: list
   elements: dict
 removed:
-  description: Partial downloads and wrong-sized files removed before downloading.
+  description: Partial downloads and wrong-sized files removed.
   returned: success
   type: list
   elements: str
@@ -291,6 +325,28 @@ peer_problems:
   returned: success
   type: list
   elements: str
+hashed_bytes:
+  description: Bytes read to check files against the hub's listing (0 when the verified record covered every file).
+  returned: success
+  type: int
+verified_files:
+  description: Files whose content matches the hub's listing.
+  returned: success
+  type: int
+unverified:
+  description: Files of the right size not checked against the hub's listing (a query without a record of them).
+  returned: success
+  type: list
+  elements: str
+rejected:
+  description: Where files whose content differed from the hub's listing were moved.
+  returned: when a file was rejected
+  type: list
+  elements: str
+took_over:
+  description: The running download this run waited for (C(holder), C(waited_seconds)).
+  returned: when a download of the same commit was running
+  type: dict
 msg:
   description: What was found or done, in one line; on failure, what went wrong and what to set.
   returned: always
@@ -302,6 +358,7 @@ import fcntl
 import json
 import os
 import random
+import stat
 import threading
 import time
 
@@ -328,6 +385,12 @@ RSYNC_KIND_TEXT = dict(
     unreachable="the peer cannot be reached", absent="the peer does not have it", other="transfer interrupted")
 # Longest wait between two rounds of asking busy peers.
 MAX_PEER_DELAY = 60.0
+# How often a run waiting for a running download of the same commit tries the lock again.
+LOCK_POLL_SECONDS = 2.0
+# Files hashed at once (hashlib releases the GIL: two cores hash two files at twice the speed).
+HASH_WORKERS = max(1, min(4, os.cpu_count() or 1))
+# Where files whose content differs from the hub's listing are moved (never served, never copied to a peer).
+REJECTED_DIR = ".fleet-vllm-rejected"
 
 
 class Failure(Exception):
@@ -349,6 +412,8 @@ class HfSnapshot(object):
         self.peer_problems = []
         self.peer_waited = 0.0
         self.result.update(peer_used=None, peer_problems=self.peer_problems)
+        # Files hashed while the download ran (hash_arrivals).
+        self.arrived = {}
 
     # ---- helpers -------------------------------------------------------------------------
 
@@ -371,9 +436,12 @@ class HfSnapshot(object):
                 problems.append("%s has %r: set the rsync:// URL of a peer's snapshots" % (self.name("peer"), url))
         if p["peer_fallback"] and p["offline"]:
             problems.append("%s needs the hub, which offline excludes: set one of them" % self.name("peer_fallback"))
-        if (p["offline"] or p["peer"]) and not snap.is_commit_sha(p["revision"]):
+        if (p["offline"] or p["peer"] or p["listing"] is not None) and not snap.is_commit_sha(p["revision"]):
             problems.append("%s is %r: offline or from a peer, the revision must be a 40-character commit sha"
                             % (self.name("revision"), p["revision"]))
+        if p["verified_record"] and p["verified_record"].startswith(self.dest.rstrip("/") + "/"):
+            problems.append("%s is %s, inside %s: keep it outside the snapshots (peers copy them)" % (
+                self.name("verified_record"), p["verified_record"], self.name("dest")))
         for option, low in (("max_workers", 1), ("retries", 0), ("stall_timeout", 5), ("request_timeout", 1),
                             ("disk_margin_percent", 0), ("progress_interval", 1), ("peer_wait", 0)):
             if p[option] < low:
@@ -555,38 +623,51 @@ class HfSnapshot(object):
     # ---- the steps -----------------------------------------------------------------------
 
     def listing(self):
-        """(commit, files, manifest) - from the manifest when pinned and present, else from the hub."""
+        """(commit, files, manifest, trusted): the files of the revision and whether their digests come from the hub.
+
+        From O(listing) (the hub's listing the caller fetched), from the manifest when pinned and present, else from
+        the hub. Never from a peer: a peer's manifest only says that the peer completed the snapshot."""
         p = self.params
         revision = p["revision"]
+        manifest = None
         if snap.is_commit_sha(revision):
             directory = snap.snapshot_dir(self.dest, revision)
             try:
                 manifest = snap.read_manifest(directory)
             except snap.SnapshotError as exc:
-                if p["offline"]:
+                if p["offline"] and p["listing"] is None:
                     raise Failure(str(exc))
                 manifest = None
-            if manifest is not None:
-                if manifest.get("repo_id") != p["repo_id"] or manifest.get("commit") != revision:
-                    raise Failure("%s belongs to %s at %s, not %s: check %s and %s" % (
-                        snap.manifest_path(directory), manifest.get("repo_id"), manifest.get("commit"), p["repo_id"],
-                        self.name("dest"), self.name("repo_id")))
-                if (manifest.get("allow_patterns") or None) == (p["allow_patterns"] or None) and \
-                        (manifest.get("ignore_patterns") or None) == (p["ignore_patterns"] or None):
-                    return revision, manifest["files"], manifest
-                if p["offline"]:
-                    raise Failure("the manifest in %s was written for other allow/ignore patterns; offline, the "
-                                  "revision cannot be listed again: run once online" % directory)
-            elif self.peers:
-                if self.find_peer(revision):
-                    return revision, self.peer_files, None
-                self.leave_peers(revision)
-            elif p["offline"]:
-                if p["state"] == "queried":
-                    return revision, None, None
-                raise Failure("no complete snapshot of %s at %s in %s (no %s): offline, nothing can be listed or downloaded; "
-                              "fetch it first (fleet.vllm.vllm_weights) or check %s" % (
-                                  p["repo_id"], revision, self.dest, snap.MANIFEST_NAME, self.name("dest")))
+            if manifest is not None and (manifest.get("repo_id") != p["repo_id"] or manifest.get("commit") != revision):
+                raise Failure("%s belongs to %s at %s, not %s: check %s and %s" % (
+                    snap.manifest_path(directory), manifest.get("repo_id"), manifest.get("commit"), p["repo_id"],
+                    self.name("dest"), self.name("repo_id")))
+        if p["listing"] is not None:
+            try:
+                files = snap.normalise_files(p["listing"])
+            except snap.SnapshotError as exc:
+                raise Failure("%s: %s; pass the hub's listing of the commit" % (self.name("listing"), exc))
+            undigested = [item["path"] for item in files if not snap.expected_digest(item)]
+            if not files or undigested:
+                what = "it is empty" if not files else "these have neither: %s" % ", ".join(undigested[:5])
+                raise Failure("%s must give every file a sha256 (LFS files) or a git_sha1 (the others), as the hub's "
+                              "listing does; %s" % (self.name("listing"), what))
+            return revision, files, manifest, True
+        if manifest is not None:
+            same_patterns = (manifest.get("allow_patterns") or None) == (p["allow_patterns"] or None) and \
+                (manifest.get("ignore_patterns") or None) == (p["ignore_patterns"] or None)
+            trusted = snap.manifest_trusted(manifest)
+            if same_patterns and (trusted or p["offline"]):
+                return revision, manifest["files"], manifest, trusted
+            if not same_patterns and p["offline"]:
+                raise Failure("the manifest in %s was written for other allow/ignore patterns; offline, the "
+                              "revision cannot be listed again: run once online" % snap.snapshot_dir(self.dest, revision))
+        elif p["offline"]:
+            if p["state"] == "queried":
+                return revision, None, None, False
+            raise Failure("no complete snapshot of %s at %s in %s (no %s): offline, nothing can be listed or downloaded; "
+                          "fetch it first (fleet.vllm.vllm_weights) or check %s" % (
+                              p["repo_id"], revision, self.dest, snap.MANIFEST_NAME, self.name("dest")))
         question = dict(op="resolve", repo_id=p["repo_id"], revision=revision,
                         allow_patterns=p["allow_patterns"], ignore_patterns=p["ignore_patterns"])
         delay = float(p["retry_delay"])
@@ -609,7 +690,12 @@ class HfSnapshot(object):
             files = snap.normalise_files(answer["files"])
         except snap.SnapshotError as exc:
             raise Failure("the listing of %s at %s from %s: %s" % (p["repo_id"], commit, p["endpoint"], exc))
-        return commit, files, None
+        if commit != revision:
+            try:
+                manifest = snap.read_manifest(snap.snapshot_dir(self.dest, commit))
+            except snap.SnapshotError:
+                manifest = None
+        return commit, files, manifest, True
 
     def peer_manifest(self, commit, peer):
         """(files, None) from the peer's manifest (it completed and verified the snapshot), or (None, error)."""
@@ -688,18 +774,29 @@ class HfSnapshot(object):
             p["repo_id"], commit, p["endpoint"], reasons))
 
     def lock(self, commit):
+        """The download lock of this commit on this host. When a download holds it - one that an interrupted run left
+        running in the background (a Ctrl-C on the controller, a failed play) - this run takes it over: it waits for
+        that download to end (its progress record is kept and goes on being written), then finishes what is left."""
         path = os.path.join(self.dest, ".%s.lock" % commit)
         handle = open(path, "a+")
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except (IOError, OSError) as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            handle.close()
-            raise Failure("another download of %s at %s is running on this host (%s holds %s): wait for it to end"
-                          % (self.params["repo_id"], commit, holder, path))
+        started = time.time()
+        holder = None
+        while True:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except (IOError, OSError) as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+            if holder is None:
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                self.module.warn("a download of %s at %s is already running on this host (%s holds %s), left by an "
+                                 "earlier run: taking it over - waiting for it to end, then finishing what it left"
+                                 % (self.params["repo_id"], commit, holder, path))
+            time.sleep(LOCK_POLL_SECONDS)
+        if holder is not None:
+            self.result["took_over"] = dict(holder=holder, waited_seconds=int(time.time() - started))
         handle.seek(0)
         handle.truncate()
         handle.write("pid %d\n" % os.getpid())
@@ -718,19 +815,101 @@ class HfSnapshot(object):
         return removed
 
     def bad_files(self, directory, state):
-        """Files to delete before (re)downloading: wrong size or hash, with huggingface_hub's metadata
-        (which would otherwise make it keep them)."""
-        paths = [item["path"] for item in state["wrong_size"]] + state["wrong_hash"]
+        """Files to delete before (re)downloading: wrong size, with huggingface_hub's metadata (which would otherwise
+        make it keep them); of files whose content differs from the listing, the metadata only (reject() moves them)."""
         result = []
-        for path in paths:
-            result.append(os.path.join(directory, path))
+        for item in state["wrong_size"]:
+            result.append(os.path.join(directory, item["path"]))
+            result.append(snap.hf_metadata_path(directory, item["path"]))
+        for path in state["wrong_hash"]:
             result.append(snap.hf_metadata_path(directory, path))
         return result
 
-    def download(self, commit, files, directory, state):
+    def reject(self, commit, directory, paths):
+        """Moves files whose content differs from the hub's listing out of the snapshot, into
+        O(dest)/.fleet-vllm-rejected/<commit>/ (mode 0700: root only), so that they are neither served nor copied to a
+        peer, and are kept for a look. Returns where each went."""
+        moved = []
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        for rel in paths:
+            source = os.path.join(directory, rel)
+            target = os.path.join(self.dest, REJECTED_DIR, commit, "%s.%s" % (rel, stamp))
+            try:
+                parent = os.path.dirname(target)
+                if not os.path.isdir(parent):
+                    os.makedirs(parent, 0o700)
+                    os.chmod(os.path.join(self.dest, REJECTED_DIR), 0o700)
+                os.chmod(source, 0o600)
+                os.rename(source, target)
+            except OSError as exc:
+                if exc.errno == errno.ENOENT:
+                    continue
+                raise Failure("cannot move %s (its content differs from the hub's listing) out of the snapshot: %s; "
+                              "remove it by hand" % (source, exc.strerror))
+            moved.append(target)
+        self.result.setdefault("rejected", []).extend(moved)
+        return moved
+
+    def read_record(self, commit, directory):
+        record = snap.read_record(self.params["verified_record"])
+        if record.get("repo_id") != self.params["repo_id"] or record.get("commit") != commit or \
+                record.get("directory") != directory:
+            return {}
+        return record.get("files") or {}
+
+    def verify(self, commit, directory, files, state, trusted, record, hash_files=True, fresh=False):
+        """Adds the digest check to snap.check()'s state: wrong_digest / wrong_hash (content differs from the hub's
+        listing), unverified (not hashed: a listing without the hub's digests, or hash_files false and no record of
+        the file). Files the verified record shows unchanged since they matched are not read again."""
+        p = self.params
+        state.update(wrong_digest=[], unverified=[], verified={}, hashed_bytes=0)
+        needed = p["verified_record"] is not None or p["state"] != "queried"
+        if not needed:
+            return state
+        if not trusted:
+            state["unverified"] = [item["path"] for item in files if item["path"] not in state["missing"]
+                                   and item["path"] not in [bad["path"] for bad in state["wrong_size"]]]
+        else:
+            if hash_files:
+                def progress(done):
+                    self.write_progress(state="running", message="checking the files against the hub's listing: %s "
+                                        "hashed" % snap.human_bytes(done))
+                # deep: every file is read once in this run, not once more after a download (fresh: hashed in this run).
+                found = snap.verify_digests(directory, files, record, deep=p["deep"] and not fresh, workers=HASH_WORKERS,
+                                            progress=progress)
+            else:
+                # A query reads no byte: what the record shows unchanged is verified, the rest is not known yet.
+                found = dict(verified=snap.recorded(directory, files, record), wrong_digest=[], hashed_bytes=0)
+                sizes_ok = set(item["path"] for item in files) - set(state["missing"]) - set(
+                    bad["path"] for bad in state["wrong_size"])
+                state["unverified"] = sorted(sizes_ok - set(found["verified"]))
+            state["verified"] = found["verified"]
+            state["wrong_digest"] = found["wrong_digest"]
+            state["hashed_bytes"] = found["hashed_bytes"]
+            sizes = dict((item["path"], item["size"]) for item in files)
+            for bad in found["wrong_digest"]:
+                state["wrong_hash"].append(bad["path"])
+                state["missing_bytes"] += sizes[bad["path"]]
+                state["present_bytes"] -= sizes[bad["path"]]
+        state["complete"] = state["complete"] and not (state["wrong_hash"] or state["unverified"])
+        return state
+
+    def save_record(self, commit, directory, state, record):
+        path = self.params["verified_record"]
+        if not path or self.module.check_mode or state["verified"] == record:
+            return
+        try:
+            snap.write_record(path, self.params["repo_id"], commit, directory, state["verified"])
+        except (IOError, OSError) as exc:
+            raise Failure("cannot write the verified record %s: %s; check %s" % (path, exc.strerror or exc,
+                                                                                 self.name("verified_record")))
+
+    def download(self, commit, files, directory, state, record):
         p = self.params
         total, missing_bytes = state["total_bytes"], state["missing_bytes"]
+        self.arrived = dict(record)
         removed = self.remove(snap.incomplete_files(directory))
+        self.reject(commit, directory, state["wrong_hash"])
         removed += self.remove(self.bad_files(directory, state))
         start_bytes = snap.bytes_on_disk(directory)
         attempt, delay = 0, float(p["retry_delay"])
@@ -738,7 +917,8 @@ class HfSnapshot(object):
         while True:
             attempt += 1
             self.write_progress(state="running", bytes_done=start_bytes, bytes_total=total, attempt=attempt,
-                                transport="http" if self.xet_disabled else "auto", rate_bytes_per_second=None)
+                                transport="http" if self.xet_disabled else "auto", rate_bytes_per_second=None,
+                                message="")
             error = self.one_attempt(commit, files, directory, attempt, total)
             if error is not None and self.peer and error.get("kind") in ("busy", "refused", "unreachable", "absent"):
                 # Not the transfer failing: this peer will not serve now. Another candidate, or this one after a
@@ -758,13 +938,61 @@ class HfSnapshot(object):
                 if not self.find_peer(commit, last=last):
                     self.leave_peers(commit)
                 continue
+            if error is not None and snap.is_disk_full(error.get("message")):
+                removed += self.remove(snap.incomplete_files(directory))
+                after = snap.check(directory, files)
+                removed += self.remove(self.bad_files(directory, dict(after, wrong_hash=[])))
+                removed += self.remove(snap.partial_files(directory))
+                self.result["removed"] = removed
+                free, where = snap.free_bytes(directory)
+                short = after["missing_bytes"] + after["missing_bytes"] * p["disk_margin_percent"] // 100 - free
+                message = ("the disk filled up while fetching %s at %s into %s: %s. %s still missing, %s free on %s. The "
+                           "partial and wrong-sized files were removed (%s); the complete files are kept. Free %s there "
+                           "(or point %s at a larger filesystem) and re-run: it fetches only what is missing"
+                           % (p["repo_id"], commit, directory, self.explain(error),
+                              snap.human_bytes(after["missing_bytes"]), snap.human_bytes(free), where,
+                              ", ".join(removed[:6]) or "none",
+                              "at least %s" % snap.human_bytes(short) if short > 0 else "space (something else filled it)",
+                              self.name("dest")))
+                self.write_progress(state="failed", message=message)
+                raise Failure(message)
             if error is None:
-                state = snap.check(directory, files, deep=p["deep"])
+                state = snap.check(directory, files)
+                if state["wrong_size"]:
+                    # The listing and what the hub (or the peer) sends disagree: another attempt fetches the same bytes.
+                    source = self.peer or p["endpoint"]
+                    removed += self.remove(self.bad_files(directory, dict(state, wrong_hash=[])))
+                    self.result["removed"] = removed
+                    raise Failure("%s at %s: %s from %s, which another attempt cannot change: %s. They were removed. "
+                                  "Check that %s serves the commit its listing describes (a mirror with a stale or "
+                                  "truncated copy, a proxy that cuts files), or that the filesystem at %s is not full, "
+                                  "then re-run" % (
+                                      p["repo_id"], commit, "size differs from the hub's listing" if len(
+                                          state["wrong_size"]) == 1 else "sizes differ from the hub's listing",
+                                      source, "; ".join("%s: the listing says %d bytes, %s arrived" % (
+                                          item["path"], item["expected"], "no file" if item["size"] is None
+                                          else "%d bytes" % item["size"]) for item in state["wrong_size"][:5]),
+                                      self.name("peer") if self.peer else self.name("endpoint"), directory))
+                state = self.verify(commit, directory, files, state, True, dict(record, **self.arrived), fresh=True)
+                if state["wrong_digest"]:
+                    source = "the peer %s" % self.peer if self.peer else p["endpoint"]
+                    moved = self.reject(commit, directory, state["wrong_hash"])
+                    self.remove(self.bad_files(directory, dict(state, wrong_size=[])))
+                    self.write_progress(state="failed", message="content differs from the hub's listing")
+                    raise Failure("%s at %s: %s sent %d file(s) whose content differs from the hub's listing of the "
+                                  "commit: %s. They were moved out of the snapshot (%s) and are not served. %s" % (
+                                      p["repo_id"], commit, source, len(state["wrong_digest"]), "; ".join(
+                                          "%s is %s, the listing says %s" % (item["path"], item["actual"],
+                                                                             item["expected"])
+                                          for item in state["wrong_digest"][:5]), ", ".join(moved[:5]),
+                                      "Repair or take that peer out of %s (its copy is damaged or altered), then re-run"
+                                      % "vllm_weights_peer_group" if self.peer else
+                                      "Check the mirror %s (%s): it serves other bytes than its listing names" % (
+                                          p["endpoint"], self.name("endpoint"))))
                 if state["complete"]:
                     break
                 error = dict(type="IncompleteSnapshot", status=None, retry_after=None, fatal=False,
                              message="huggingface_hub finished, but %s" % snap.describe_problems(state))
-                removed += self.remove(self.bad_files(directory, state))
             history.append("attempt %d: %s" % (attempt, self.explain(error)))
             if error.get("fatal") or attempt > p["retries"]:
                 removed += self.remove(snap.incomplete_files(directory))
@@ -781,6 +1009,38 @@ class HfSnapshot(object):
             removed += self.remove(snap.incomplete_files(directory))
         self.result.update(attempts=attempt, removed=removed, downloaded_bytes=missing_bytes, retries_log=history)
         self.write_progress(state="done", bytes_done=total, message="complete")
+        return state
+
+    def hash_arrivals(self, directory, files, stop):
+        """While a download or copy runs, hashes the files that have arrived whole - at their final path with the
+        listing's size (huggingface_hub and rsync write elsewhere and rename) - so that little is left to hash when it
+        ends. Matches go into self.arrived (path -> {key, digest}); verify() reads a file again only when its key
+        (size, mtime, inode, device) changed since, and reads every mismatch again itself."""
+        pending = [item for item in files if snap.expected_digest(item) and item["path"] not in self.arrived]
+        while pending and not stop.is_set():
+            progressed = False
+            for item in list(pending):
+                if stop.is_set():
+                    return
+                full = os.path.join(directory, item["path"])
+                try:
+                    before = os.stat(full)
+                except OSError:
+                    continue
+                if not stat.S_ISREG(before.st_mode) or before.st_size != item["size"]:
+                    continue
+                expected = snap.expected_digest(item)
+                try:
+                    actual = snap.digest_of(full, expected.split(":", 1)[0], item["size"])
+                    after = os.stat(full)
+                except (IOError, OSError):
+                    continue
+                if actual == expected and snap.file_key(after) == snap.file_key(before):
+                    self.arrived[item["path"]] = dict(key=snap.file_key(after), digest=expected)
+                pending.remove(item)
+                progressed = True
+            if not progressed:
+                stop.wait(POLL_SECONDS)
 
     def one_attempt(self, commit, files, directory, attempt, total):
         """Runs one download process under the stall watchdog. None on success, else an error dict."""
@@ -821,7 +1081,15 @@ class HfSnapshot(object):
                         pass
                     return
 
-        answer = self.run_child(question, "download-%d" % attempt, watchdog=watchdog)
+        hashing = threading.Event()
+        hasher = threading.Thread(target=self.hash_arrivals, args=(directory, files, hashing))
+        hasher.daemon = True
+        hasher.start()
+        try:
+            answer = self.run_child(question, "download-%d" % attempt, watchdog=watchdog)
+        finally:
+            hashing.set()
+            hasher.join()
         if stalled:
             fallback = not self.xet_disabled and not self.peer
             if fallback:
@@ -832,80 +1100,99 @@ class HfSnapshot(object):
                             p["stall_timeout"], ", next attempts over plain HTTP" if fallback else ""))
         return answer.get("error")
 
-    def dry_run(self, commit):
-        p = self.params
-        directory = snap.snapshot_dir(self.dest, commit)
-        if not os.path.isdir(directory) or self.peer:
-            return None
-        answer = self.ask(dict(op="dry_run", repo_id=p["repo_id"], revision=commit, local_dir=directory,
-                               allow_patterns=p["allow_patterns"], ignore_patterns=p["ignore_patterns"]), "dry-run")
-        if "error" in answer:
-            self.module.warn("huggingface_hub's dry run failed (%s); would_download lists the files missing here"
-                             % self.explain(answer["error"]))
-            return None
-        return [item for item in answer.get("files", []) if item.get("will_download")]
-
     def run(self):
         p = self.params
         self.check_params()
-        commit, files, manifest = self.listing()
+        commit, files, manifest, trusted = self.listing()
         directory = snap.snapshot_dir(self.dest, commit)
         if files is None:
             self.result.update(commit=commit, path=directory, complete=False, missing=[], files=0, total_bytes=0,
-                               downloaded_bytes=0, attempts=0, removed=[], xet_fallback=False,
-                               msg="no complete snapshot of %s at %s in %s (no manifest)" % (p["repo_id"], commit, self.dest))
+                               downloaded_bytes=0, attempts=0, removed=[], xet_fallback=False, verified_files=0,
+                               hashed_bytes=0, unverified=[], msg="no complete snapshot of %s at %s in %s (no manifest)"
+                               % (p["repo_id"], commit, self.dest))
             return self.result
-        state = snap.check(directory, files, deep=p["deep"])
+        record = self.read_record(commit, directory)
+        state = snap.check(directory, files)
+        state = self.verify(commit, directory, files, state, trusted, record, hash_files=p["state"] != "queried")
         self.result.update(commit=commit, path=directory, files=len(files), total_bytes=state["total_bytes"],
-                           downloaded_bytes=0, attempts=0, removed=[], xet_fallback=False)
+                           downloaded_bytes=0, attempts=0, removed=[], xet_fallback=False,
+                           hashed_bytes=state["hashed_bytes"], verified_files=len(state["verified"]),
+                           unverified=state["unverified"])
         missing = state["missing"] + [item["path"] for item in state["wrong_size"]] + state["wrong_hash"]
         self.result["missing"] = missing
         self.result["complete"] = state["complete"]
         if state["complete"]:
-            if manifest is None:
-                try:
-                    manifest = snap.read_manifest(directory)
-                except snap.SnapshotError:
-                    manifest = None
-                if manifest is not None and (manifest.get("files") != files or manifest.get("repo_id") != p["repo_id"]):
-                    manifest = None
-            if manifest is None and p["state"] == "present" and not self.module.check_mode:
-                snap.write_manifest(directory, snap.make_manifest(p["repo_id"], commit, files, p["revision"],
-                                                                  p["allow_patterns"], p["ignore_patterns"]))
+            if p["state"] != "queried":
+                self.save_record(commit, directory, state, record)
+            if p["state"] == "present" and (manifest is None or not snap.manifest_trusted(manifest)
+                                            or manifest.get("files") != files):
+                if not self.module.check_mode:
+                    snap.write_manifest(directory, snap.make_manifest(p["repo_id"], commit, files, p["revision"],
+                                                                      p["allow_patterns"], p["ignore_patterns"]))
                 self.result["changed"] = True
-            self.result["msg"] = "%s at %s: complete, %d files, %s%s" % (
+            if p["state"] == "present" and snap.fix_modes(directory, files, check_mode=self.module.check_mode):
+                self.result["changed"] = True
+            if p["state"] == "present":
+                self.write_progress(state="done", bytes_done=state["total_bytes"], bytes_total=state["total_bytes"],
+                                    message="complete")
+            self.result["msg"] = "%s at %s: complete, %d files, %s, every file as the hub's listing says%s" % (
                 p["repo_id"], commit[:12], len(files), snap.human_bytes(state["total_bytes"]),
-                " (sha256 checked)" if p["deep"] else "")
+                " (%s hashed)" % snap.human_bytes(state["hashed_bytes"]) if state["hashed_bytes"] else "")
             return self.result
         problems = snap.describe_problems(state)
         if p["state"] == "queried":
             self.result["msg"] = "%s at %s is not complete in %s: %s" % (p["repo_id"], commit[:12], directory, problems)
             return self.result
         if p["state"] == "verified":
+            if state["unverified"] and not trusted:
+                raise Failure("%s at %s in %s: %s - its manifest was not written from the hub's listing, so the files "
+                              "cannot be checked offline. Run fleet.vllm.vllm_weights (it lists the commit from the hub "
+                              "and checks every file)" % (p["repo_id"], commit, directory, problems))
             raise Failure("%s at %s is not complete in %s: %s. This is a verify-only run (shared storage): complete the "
                           "snapshot where it is written" % (p["repo_id"], commit, directory, problems))
+        if not trusted:
+            raise Failure("%s at %s in %s: %s; pass the hub's listing (%s) or run online" % (
+                p["repo_id"], commit, directory, problems, self.name("listing")))
         if state["index_problems"] and not (state["missing"] or state["wrong_size"] or state["wrong_hash"]):
             raise Failure("%s at %s: every listed file is here, but %s; the repository itself is inconsistent"
                           % (p["repo_id"], commit, "; ".join(state["index_problems"])))
         self.check_space(commit, directory, state)
         if self.module.check_mode:
-            would = self.dry_run(commit)
-            if would is None:
-                sizes = dict((item["path"], item["size"]) for item in files)
-                would = [dict(path=path, size=sizes[path], will_download=True) for path in missing]
-            self.result.update(changed=True, would_download=would, msg="%s at %s: would download %d file(s), %s" % (
-                p["repo_id"], commit[:12], len(would), snap.human_bytes(sum(item.get("size") or 0 for item in would))))
+            # From this module's own check of the files (sizes, digests): nothing on the host is touched, and no
+            # request changes anything (huggingface_hub's dry run would create directories in the snapshot).
+            sizes = dict((item["path"], item["size"]) for item in files)
+            would = [dict(path=path, size=sizes[path], will_download=True) for path in missing]
+            self.result.update(changed=True, would_download=would, msg="%s at %s: would %s %d file(s), %s%s" % (
+                p["repo_id"], commit[:12], "copy" if self.peers else "download", len(would),
+                snap.human_bytes(sum(item.get("size") or 0 for item in would)),
+                "; %d file(s) differ from the hub's listing and would be moved out of the snapshot" % len(
+                    state["wrong_hash"]) if state["wrong_hash"] else ""))
             return self.result
         if not os.path.isdir(directory):
             try:
-                os.makedirs(directory, 0o755)
+                for path in (self.dest, directory):
+                    if not os.path.isdir(path):
+                        os.makedirs(path, snap.DIR_MODE)
+                        os.chmod(path, snap.DIR_MODE)
             except OSError as exc:
                 raise Failure("cannot create %s: %s; check %s" % (directory, exc.strerror, self.name("dest")))
         handle = self.lock(commit)
         try:
-            self.download(commit, files, directory, state)
+            if "took_over" in self.result:
+                # The download this run waited for may have fetched everything: look again.
+                state = self.verify(commit, directory, files, snap.check(directory, files), True, record)
+            record = dict(record, **state["verified"])
+            if not state["complete"]:
+                if self.peers and self.peer is None and not self.find_peer(commit):
+                    self.leave_peers(commit)
+                state = self.download(commit, files, directory, state, record)
+            else:
+                self.write_progress(state="done", bytes_done=state["total_bytes"], bytes_total=state["total_bytes"],
+                                    message="complete")
             snap.write_manifest(directory, snap.make_manifest(p["repo_id"], commit, files, p["revision"],
                                                               p["allow_patterns"], p["ignore_patterns"]))
+            snap.fix_modes(directory, files)
+            self.save_record(commit, directory, state, {})
         finally:
             handle.close()
         if self.peer:
@@ -914,9 +1201,14 @@ class HfSnapshot(object):
             origin = " from %s, as no peer would serve it (%s)" % (p["endpoint"], " | ".join(self.peer_problems))
         else:
             origin = ""
-        self.result.update(changed=True, complete=True, peer_used=self.peer,
-                           msg="%s at %s: %s %s%s in %d attempt(s); complete, %d files, %s" % (
-                               p["repo_id"], commit[:12], "copied" if self.peer else "downloaded",
+        took = self.result.get("took_over")
+        before = ("took over the download %s left running by an earlier run: waited %d s for it to end; then " % (
+            took["holder"], took["waited_seconds"])) if took else ""
+        self.result.update(changed=True, complete=True, peer_used=self.peer, hashed_bytes=state["hashed_bytes"],
+                           verified_files=len(state["verified"]), unverified=[],
+                           msg="%s at %s: %s%s %s%s in %d attempt(s); complete, %d files, %s, every file as the hub's "
+                               "listing says" % (
+                               p["repo_id"], commit[:12], before, "copied" if self.peer else "downloaded",
                                snap.human_bytes(self.result["downloaded_bytes"]), origin,
                                self.result["attempts"], len(files), snap.human_bytes(state["total_bytes"])))
         return self.result
@@ -965,6 +1257,8 @@ def main():
             retry_delay=dict(type="float", default=10),
             stall_timeout=dict(type="int", default=300),
             request_timeout=dict(type="int", default=60),
+            listing=dict(type="list", elements="dict"),
+            verified_record=dict(type="path"),
             progress_file=dict(type="path"),
             progress_interval=dict(type="int", default=10),
             variable_prefix=dict(type="str", default=""),

@@ -242,15 +242,27 @@ class ServedModel(object):
                 lines.append("%s -> %s" % (rel, detail) if kind == "link" else "%s (copy)" % rel)
         return "\n".join(sorted(lines)) + "\n"
 
+    @staticmethod
+    def makedirs(path):
+        """Creates path and its missing parents with mode 0755 whatever the umask (a CIS umask of 027 would leave
+        them closed to the service user)."""
+        missing = []
+        while path and not os.path.isdir(path):
+            missing.append(path)
+            path = os.path.dirname(path)
+        for directory in reversed(missing):
+            os.mkdir(directory, 0o755)
+            os.chmod(directory, 0o755)
+
     def apply(self, wanted, record, actions):
         if not os.path.isdir(self.path):
-            os.makedirs(self.path, 0o755)
+            self.makedirs(self.path)
         tmp_suffix = ".fleet-vllm-%d.tmp" % os.getpid()
         for kind, rel, detail in actions:
             full = os.path.join(self.path, rel)
             parent = os.path.dirname(full)
             if kind in ("link", "copy") and not os.path.isdir(parent):
-                os.makedirs(parent, 0o755)
+                self.makedirs(parent)
             tmp = full + tmp_suffix
             if kind == "link":
                 os.symlink(detail, tmp)

@@ -26,7 +26,9 @@ author:
 attributes:
   check_mode:
     support: full
-    description: Runs in check mode as without it; it only reads.
+    description:
+      - Waits for C(/health) and reads C(/v1/models) as without it, but sends no completion (it makes
+        the engine generate); RV(completion) is then V(null).
   diff_mode:
     support: none
     description: Nothing changes.
@@ -237,7 +239,10 @@ class Waiter(object):
         self.wait_health()
         if self.params["check_models"]:
             self.check_models()
-        if self.params["check_completion"]:
+        if self.params["check_completion"] and self.module.check_mode:
+            # A completion makes the engine generate (and lands in its logs and metrics): check mode sends none.
+            self.module.warn("check mode: the one-token completion was not sent")
+        elif self.params["check_completion"]:
             self.check_completion()
         self.result["ready"] = True
         self.result["elapsed"] = int(time.time() - self.start)

@@ -82,6 +82,12 @@ def seed(base):
         files.append(dict(path=name, size=4 * 1024 * 1024))
     (directory / "config.json").write_text('{"architectures": ["DeepseekV3ForCausalLM"]}\n')
     files.append(dict(path="config.json", size=(directory / "config.json").stat().st_size))
+    # The hub's listing, which every copy is checked against (the role gets it from the hub on the controller).
+    for item in files:
+        kind = "sha256" if item["path"].endswith(".safetensors") else "git-sha1"
+        item["sha256" if kind == "sha256" else "git_sha1"] = snap.digest_of(
+            str(directory / item["path"]), kind, item["size"]).split(":", 1)[1]
+    (base / "listing.json").write_text(json.dumps(files))
     snap.write_manifest(str(directory), snap.make_manifest(REPO, COMMIT, files, COMMIT))
     for path in [base / "seed", *(base / "seed").rglob("*")]:
         os.chmod(path, 0o755 if path.is_dir() else 0o644)
@@ -123,6 +129,7 @@ def start_copier(base, index, peer, **options):
     work = base / ("copier-%02d" % index)
     work.mkdir()
     params = dict(repo_id=REPO, revision=COMMIT, dest=str(work / "pristine"), peer=[peer], retry_delay=0.5,
+                  listing=json.loads((base / "listing.json").read_text()),
                   peer_wait=300, progress_file=str(work / "progress.json"), _ansible_check_mode=False,
                   _ansible_diff=False, _ansible_remote_tmp=str(work), _ansible_keep_remote_files=False)
     params.update(options)

@@ -208,3 +208,70 @@ def test_unknown_revision_says_what_to_set(fleet):
     bad = play(fleet, "--limit", "node1", vllm_weights_revision="no-such-branch")
     assert bad.rc != 0
     assert any("vllm_weights_revision" in m for m in messages(bad, "node1")), bad.stdout[-3000:]
+
+
+def tree(path):
+    """Every entry under path with its mode, size and mtime (what check mode must leave as it was)."""
+    entries = []
+    for base, dirs, names in os.walk(path):
+        for name in dirs + names:
+            full = os.path.join(base, name)
+            st = os.lstat(full)
+            entries.append((os.path.relpath(full, path), st.st_mode, st.st_size, st.st_mtime_ns))
+    return sorted(entries)
+
+
+SHARD = "model-00002-of-00004.safetensors"
+
+
+def test_check_mode_on_a_partial_snapshot_changes_nothing(fleet):
+    """Issue 14, point 13: a partial snapshot as a copy from a peer leaves it (no .cache/, a shard missing)."""
+    import shutil
+    assert play(fleet, "--limit", "node1").rc == 0
+    snap = pristine(fleet, "node1")
+    data = (snap / SHARD).read_bytes()
+    shutil.rmtree(snap / ".cache", ignore_errors=True)
+    (snap / SHARD).unlink()
+    try:
+        before = tree(fleet["base"] / "node1")
+        fleet["hub"].clear_log()
+        run = play(fleet, "--check", "--limit", "node1")
+        assert run.rc == 0, run.stdout[-4000:]
+        assert tree(fleet["base"] / "node1") == before
+        assert shard_gets(fleet["hub"]) == [] and not [r for r in fleet["hub"].requests if r["method"] == "HEAD"]
+        would = [r for name, r in run.task_list("node1") if "would_download" in r]
+        assert [item["path"] for item in would[0]["would_download"]] == [SHARD]
+    finally:
+        (snap / SHARD).write_bytes(data)
+
+
+def test_a_peer_with_a_corrupted_shard_is_refused(fleet):
+    """Issue 14, point 1: a copy checked sizes only; now every file against the hub's listing (from the controller)."""
+    assert play(fleet, "--limit", "node1,node2").rc == 0
+    good = (fleet["repo"] / SHARD).read_bytes()
+    bad = bytes(b ^ 0xFF for b in good[:64]) + good[64:]
+    node3 = pristine(fleet, "node3")
+    import shutil
+    shutil.rmtree(node3, ignore_errors=True)
+    for path in (fleet["base"] / "node3" / "state").glob("verified-*"):
+        path.unlink()
+    stats = {}
+    for host in ("node1", "node2"):
+        target = pristine(fleet, host) / SHARD
+        stats[host] = target.stat()
+        target.write_bytes(bad)
+        os.utime(target, ns=(stats[host].st_atime_ns, stats[host].st_mtime_ns))
+    try:
+        fleet["hub"].clear_log()
+        run = play(fleet, "--limit", "node3")
+        assert run.rc != 0
+        text = " ".join(messages(run, "node3"))
+        assert SHARD in text and "differs from the hub's listing" in text and "the peer rsync://127.0.0.1" in text, text
+        assert "sha256:" + __import__("hashlib").sha256(good).hexdigest() in text
+        assert not (node3 / SHARD).exists() and not (node3 / ".fleet-vllm-snapshot.json").exists()
+        assert shard_gets(fleet["hub"]) == [] and [r for r in fleet["hub"].requests if "/tree/" in r["path"]]
+    finally:
+        for host in ("node1", "node2"):
+            target = pristine(fleet, host) / SHARD
+            target.write_bytes(good)
+            os.utime(target, ns=(stats[host].st_atime_ns, stats[host].st_mtime_ns))

@@ -116,3 +116,23 @@ def test_networks_given_are_normalised_and_bad_ones_named():
 def test_no_address_outside_loopback_says_what_to_set():
     with pytest.raises(AnsibleFilterError, match="set vllm_weights_peer_networks"):
         weights_networks(facts(lo=NET_FACTS["lo"]))
+
+
+def test_weights_listing_takes_the_digests_from_the_hub_tree():
+    from ansible_collections.fleet.vllm.plugins.filter.weights_plan import weights_listing
+    tree = [
+        {"type": "directory", "oid": "d" * 40, "size": 0, "path": "sub"},
+        {"type": "file", "oid": "a" * 40, "size": 12, "path": "config.json"},
+        {"type": "file", "oid": "b" * 40, "size": 130, "path": "model-00001-of-00002.safetensors",
+         "lfs": {"oid": "c" * 64, "size": 4_600_000_000, "pointerSize": 130}},
+        {"type": "file", "oid": "e" * 40, "size": 40, "path": "sub/modeling_kimi.py"},
+    ]
+    assert weights_listing(tree) == [
+        {"path": "config.json", "size": 12, "git_sha1": "a" * 40},
+        {"path": "model-00001-of-00002.safetensors", "size": 4_600_000_000, "sha256": "c" * 64},
+        {"path": "sub/modeling_kimi.py", "size": 40, "git_sha1": "e" * 40},
+    ]
+    assert [f["path"] for f in weights_listing(tree, ["sub/"])] == ["sub/modeling_kimi.py"]
+    assert [f["path"] for f in weights_listing(tree, None, ["*.safetensors"])] == ["config.json", "sub/modeling_kimi.py"]
+    with pytest.raises(AnsibleFilterError, match="cannot be verified"):
+        weights_listing([{"type": "file", "size": 1, "path": "x.py"}])

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ansible_collections.fleet.vllm.plugins.filter.weights_plan import weights_listing
 
 from tests.hub.synthetic_repo import make_repo
 
@@ -49,6 +50,22 @@ def snap(run_module, hub, tmp_path):
 
     run.dest = dest
     return run
+
+
+def listing(hub, repo=REPO):
+    """The hub's listing of the commit, as the role's controller task makes it (filter weights_listing)."""
+    return weights_listing(hub.repo_files(repo, hub.commit if repo == REPO else "main"))
+
+
+def tree(path):
+    """Every entry under path with its type, mode, size and mtime: what check mode must leave as it was."""
+    entries = []
+    for base, dirs, names in os.walk(path):
+        for name in sorted(dirs + names):
+            full = os.path.join(base, name)
+            st = os.lstat(full)
+            entries.append((os.path.relpath(full, path), st.st_mode, st.st_size, st.st_mtime_ns))
+    return sorted(entries)
 
 
 def file_gets(hub):
@@ -205,16 +222,26 @@ def test_a_killed_run_leaves_an_orphan_that_the_next_run_removes(snap, hub, repo
     same_files(repo_dir, directory)
 
 
-def test_deep_verification_catches_a_changed_byte(snap, hub, repo_dir):
-    path = Path(snap().result["path"])
+def test_a_changed_byte_is_caught_and_only_changed_files_are_hashed_again(snap, hub, repo_dir, tmp_path):
+    record = str(tmp_path / "state" / "verified.json")
+    first = snap(verified_record=record)
+    path = Path(first.result["path"])
+    assert first.result["verified_files"] == 10 and oct(os.stat(record).st_mode & 0o777) == "0o644"
+    again = snap(revision=hub.commit, verified_record=record)
+    assert not again.failed and not again.result["changed"] and again.result["hashed_bytes"] == 0, again
     data = bytearray((path / SHARD).read_bytes())
     data[-1] ^= 0xFF
     (path / SHARD).write_bytes(bytes(data))
-    assert snap(revision=hub.commit, state="verified").result["complete"] is True
-    deep = snap(revision=hub.commit, state="verified", deep=True)
-    assert deep.failed and "sha256" in deep.result["msg"] and SHARD in deep.result["msg"]
-    repaired = snap(revision=hub.commit, deep=True)
+    # A query reads no byte: the changed file is "not verified", so the snapshot is not complete.
+    queried = snap(revision=hub.commit, state="queried", offline=True, verified_record=record)
+    assert queried.result["complete"] is False and queried.result["unverified"] == [SHARD], queried
+    verified = snap(revision=hub.commit, state="verified", verified_record=record)
+    assert verified.failed and SHARD in verified.result["msg"], verified
+    assert "sha256:" + hashlib.sha256(bytes(data)).hexdigest() in verified.result["msg"]
+    assert verified.result["hashed_bytes"] == (path / SHARD).stat().st_size
+    repaired = snap(revision=hub.commit, verified_record=record)
     assert not repaired.failed and repaired.result["changed"], repaired
+    assert len(repaired.result["rejected"]) == 1 and Path(repaired.result["rejected"][0]).read_bytes() == bytes(data)
     same_files(repo_dir, path)
 
 
@@ -251,14 +278,14 @@ def test_copy_from_a_peer_with_rsync_never_asks_the_hub(snap, hub, repo_dir, rsy
                                           python=sys.executable))
     assert not seed.failed, seed
     hub.clear_log()
-    missing_peer = snap(revision=hub.commit, peer=url + "/Other", retries=0)
+    missing_peer = snap(revision=hub.commit, peer=url + "/Other", retries=0, listing=listing(hub))
     assert missing_peer.failed and "Does a peer have the complete snapshot" in missing_peer.result["msg"]
     assert "no complete snapshot of %s at %s there" % (REPO, hub.commit) in missing_peer.result["msg"]
-    copied = snap(revision=hub.commit, peer=url + "/Kimi")
+    copied = snap(revision=hub.commit, peer=url + "/Kimi", listing=listing(hub))
     assert not copied.failed and copied.result["changed"] and copied.result["complete"], copied
     assert hub.requests == [] and copied.result["requests"] == 0
     same_files(repo_dir, copied.result["path"])
-    again = snap(revision=hub.commit, peer=url + "/Kimi")
+    again = snap(revision=hub.commit, peer=url + "/Kimi", listing=listing(hub))
     assert not again.failed and not again.result["changed"]
 
 
@@ -288,7 +315,7 @@ def test_candidates_refusing_or_absent_are_left_out_and_the_next_serves(
     try:
         hub.clear_log()
         copied = snap(revision=hub.commit, peer=[closed_url + "/Kimi", "rsync://127.0.0.1:1/fleet-vllm-models/Kimi",
-                                                 url + "/Other", url + "/Kimi"])
+                                                 url + "/Other", url + "/Kimi"], listing=listing(hub))
     finally:
         closed.terminate()
         closed.wait(10)
@@ -305,10 +332,10 @@ def test_no_peer_will_serve_falls_back_to_the_hub_and_says_why(snap, hub, repo_d
     refusing, refusing_url = _daemon(tmp_path, "refusing", tmp_path, allow="192.0.2.1")
     try:
         hub.clear_log()
-        without = snap(revision=hub.commit, peer=refusing_url + "/Kimi")
+        without = snap(revision=hub.commit, peer=refusing_url + "/Kimi", listing=listing(hub))
         assert without.failed and "Unknown module" in without.result["msg"] and "peer_fallback" in without.result["msg"]
         assert file_gets(hub) == []
-        fetched = snap(revision=hub.commit, peer=refusing_url + "/Kimi", peer_fallback=True)
+        fetched = snap(revision=hub.commit, peer=refusing_url + "/Kimi", peer_fallback=True, listing=listing(hub))
     finally:
         refusing.terminate()
         refusing.wait(10)
@@ -336,7 +363,7 @@ def test_a_busy_peer_is_waited_for(snap, hub, repo_dir, run_module, tmp_path):
         holder.recv(100)
         holder.sendall(b"fleet-vllm-models\n")  # the daemon claims its one slot for this connection
         time.sleep(0.5)
-        busy = snap(revision=hub.commit, peer=url + "/Kimi", peer_wait=0)
+        busy = snap(revision=hub.commit, peer=url + "/Kimi", peer_wait=0, listing=listing(hub))
         assert busy.failed and "busy" in busy.result["msg"] and "max connections (1) reached" in busy.result["msg"]
 
         def release():
@@ -345,7 +372,7 @@ def test_a_busy_peer_is_waited_for(snap, hub, repo_dir, run_module, tmp_path):
         import threading
         threading.Thread(target=release, daemon=True).start()
         hub.clear_log()
-        copied = snap(revision=hub.commit, peer=url + "/Kimi", peer_wait=60, retry_delay=1)
+        copied = snap(revision=hub.commit, peer=url + "/Kimi", peer_wait=60, retry_delay=1, listing=listing(hub))
     finally:
         holder.close()
         proc.terminate()
@@ -354,3 +381,163 @@ def test_a_busy_peer_is_waited_for(snap, hub, repo_dir, run_module, tmp_path):
     assert copied.result["peer_used"] == url + "/Kimi" and hub.requests == []
     assert any("max connections (1) reached" in line for line in copied.result["peer_problems"])
     same_files(repo_dir, copied.result["path"])
+
+
+CODE = "modeling_kimi_k25.py"
+
+
+@pytest.fixture
+def code_hub(hub, repo_dir, tmp_path):
+    """The repository with the remote code --trust-remote-code runs (a small file: checked by its git blob sha1)."""
+    code_dir = tmp_path / "repo-with-code"
+    code_dir.mkdir()
+    for item in repo_dir.iterdir():
+        (code_dir / item.name).write_bytes(item.read_bytes())
+    (code_dir / CODE).write_text("class KimiK25Model:\n    pass\n")
+    hub.code_commit = hub.add_repo("nvidia/Kimi-K2.5-NVFP4-code", str(code_dir))
+    hub.code_dir = code_dir
+    return hub
+
+
+def git_blob_sha1(data):
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+@pytest.mark.parametrize("victim", [CODE, SHARD])
+def test_a_peer_with_a_same_size_altered_file_is_refused(snap, code_hub, rsync_daemon, run_module, victim):
+    """Issue 14, point 1: a peer's modified modeling_*.py and a same-size corrupted shard were accepted."""
+    hub, repo = code_hub, "nvidia/Kimi-K2.5-NVFP4-code"
+    peer_root, url = rsync_daemon
+    seed = run_module("hf_snapshot", dict(repo_id=repo, dest=str(peer_root / "Kimi"), endpoint=hub.url,
+                                          python=sys.executable))
+    assert not seed.failed, seed
+    bad = peer_root / "Kimi" / hub.code_commit / victim
+    good = (hub.code_dir / victim).read_bytes()
+    data = bytearray(good)
+    data[-2:] = b"#\n" if victim == CODE else bytes(b ^ 0xFF for b in data[-2:])
+    data = bytes(data)
+    assert len(data) == len(good) and data != good
+    bad.write_bytes(data)
+    hub.clear_log()
+    copied = snap(repo_id=repo, revision=hub.code_commit, peer=url + "/Kimi", retries=3,
+                  listing=weights_listing(hub.repo_files(repo, hub.code_commit)))
+    assert copied.failed, copied
+    msg = copied.result["msg"]
+    if victim == SHARD:
+        actual, expected = "sha256:" + hashlib.sha256(data).hexdigest(), "sha256:" + hashlib.sha256(good).hexdigest()
+    else:
+        actual, expected = "git-sha1:" + git_blob_sha1(data), "git-sha1:" + git_blob_sha1(good)
+    assert victim in msg and actual in msg and expected in msg, msg
+    assert "the peer %s/Kimi" % url in msg and hub.requests == []
+    directory = snap.dest / hub.code_commit
+    # Not served: out of the snapshot (kept for a look, root only), no manifest, and a check says so.
+    assert not (directory / victim).exists() and not (directory / MANIFEST).exists()
+    rejected = Path(copied.result["rejected"][0])
+    assert rejected.read_bytes() == data and oct(rejected.parent.stat().st_mode & 0o777) == "0o700"
+    assert (directory / "config.json").read_bytes() == (hub.code_dir / "config.json").read_bytes()
+    verified = snap(repo_id=repo, revision=hub.code_commit, state="verified",
+                    listing=weights_listing(hub.repo_files(repo, hub.code_commit)))
+    assert verified.failed and victim in verified.result["msg"]
+
+
+def test_a_size_that_differs_from_the_listing_fails_at_once(snap, hub):
+    """Issue 14, point 12: it was downloaded retries + 1 times."""
+    hub.add_fault("wrong_size", path=SHARD, delta=-7, times=None)
+    result = snap(retries=3)
+    assert result.failed
+    msg = result.result["msg"]
+    size = [entry["size"] for entry in hub.repo_files(REPO, hub.commit) if entry["path"] == SHARD][0]
+    assert SHARD in msg and "the listing says %d bytes, %d bytes arrived" % (size - 7, size) in msg, msg
+    assert "another attempt cannot change" in msg and "endpoint" in msg
+    assert len([r for r in file_gets(hub) if r["path"].endswith(SHARD)]) == 1
+    assert not (snap.dest / hub.commit / SHARD).exists()
+
+
+def test_check_mode_changes_nothing_in_a_partial_snapshot(snap, hub):
+    """Issue 14, point 13: huggingface_hub's dry run created directories in a partial snapshot (one copied from a
+    peer has no .cache/)."""
+    import shutil
+    path = Path(snap().result["path"])
+    shutil.rmtree(path / ".cache")
+    (path / SHARD).unlink()
+    before = tree(snap.dest)
+    hub.clear_log()
+    result = snap(check=True, revision=hub.commit)
+    assert tree(snap.dest) == before
+    assert not result.failed and [item["path"] for item in result.result["would_download"]] == [SHARD], result
+    assert file_gets(hub) == [] and not [r for r in hub.requests if r["method"] == "HEAD"]
+
+
+def test_umask_027_leaves_the_snapshot_readable_by_the_service(snap, hub):
+    """Issue 14, point 2: with a CIS umask of 027 the snapshot was unreadable to the service user."""
+    old = os.umask(0o027)
+    try:
+        result = snap()
+    finally:
+        os.umask(old)
+    assert not result.failed, result
+    path = Path(result.result["path"])
+    assert oct(snap.dest.stat().st_mode & 0o777) == "0o755" and oct(path.stat().st_mode & 0o777) == "0o755"
+    for item in path.iterdir():
+        if item.name != ".cache":
+            assert oct(item.stat().st_mode & 0o777) == ("0o755" if item.is_dir() else "0o644"), item
+
+
+def test_a_rerun_takes_over_a_download_left_running(snap, hub, repo_dir, tmp_path):
+    """Issue 14, point 11: a download an interrupted run left in the background made the next run fail at the lock."""
+    hub.add_fault("stall", path=SHARD, after_bytes=1_000_000, seconds=6, times=1)
+    progress = tmp_path / "progress.json"
+    args = dict(repo_id=REPO, dest=str(snap.dest), endpoint=hub.url, python=sys.executable, stall_timeout=600,
+                progress_file=str(progress), progress_interval=1)
+    args_file = tmp_path / "args.json"
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, _ansible_remote_tmp=str(tmp_path))}))
+    module = Path(__file__).resolve().parents[4] / "plugins" / "modules" / "hf_snapshot.py"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[4] / "collections"))
+    orphan = subprocess.Popen([sys.executable, str(module), str(args_file)], env=env, cwd=str(tmp_path),
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if hub.bytes_served(path_prefix="/%s/resolve/%s/%s" % (REPO, hub.commit, SHARD)) >= 1_000_000:
+            break
+        time.sleep(0.2)
+    rerun = snap(revision=hub.commit, progress_file=str(progress))
+    out, _err = orphan.communicate(timeout=120)
+    assert orphan.returncode == 0, out
+    assert not rerun.failed, rerun
+    took = rerun.result["took_over"]
+    assert took["holder"] == "pid %d" % orphan.pid and took["waited_seconds"] >= 1, took
+    assert "took over the download pid %d" % orphan.pid in rerun.result["msg"]
+    assert rerun.result["complete"] and json.loads(progress.read_text())["state"] == "done"
+    same_files(repo_dir, rerun.result["path"])
+    assert len([r for r in file_gets(hub) if r["path"].endswith(SHARD)]) == 1
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 2 MiB tmpfs (root only): a disk that fills up during the download."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+                                           capture_output=True, check=False).returncode != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_fails_at_once_and_leaves_no_wrong_sized_file(run_module, hub, small_fs):
+    """Issue 14, point 12: on a full disk, wrong-sized files were left behind with no guidance. The listing
+    understates the shards (1000 bytes each) so that the space check passes and the disk fills up mid-download."""
+    hub.add_fault("wrong_size", path="*.safetensors", size=1000, times=None)
+    dest = small_fs / "pristine"
+    result = run_module("hf_snapshot", dict(repo_id=REPO, dest=str(dest), endpoint=hub.url, python=sys.executable,
+                                            retries=3, retry_delay=0.2, max_workers=1))
+    assert result.failed, result
+    msg = result.result["msg"]
+    assert "the disk filled up" in msg and "No space left on device" in msg and "Free " in msg and "dest" in msg, msg
+    directory = dest / hub.commit
+    assert not list(directory.rglob("*.incomplete"))
+    for shard in directory.glob("*.safetensors"):
+        assert shard.stat().st_size == 1000, shard  # nothing of a size other than the listing's is left
+    # Not retried: each shard was asked for once at most.
+    gets = [r["path"].rsplit("/", 1)[-1] for r in file_gets(hub) if r["path"].endswith(".safetensors")]
+    assert len(gets) == len(set(gets)), gets

@@ -96,3 +96,18 @@ def test_bad_paths_fail_and_write_nothing(run_module, dirs, case, needle):
     result = run_module("served_model", dict(source=str(src), path=str(path)))
     assert result.failed and needle in result.result["msg"], result
     assert snapshot(source.parent.parent) == before
+
+
+def test_umask_027_leaves_the_served_directory_open_to_the_service(run_module, dirs):
+    """Issue 14, point 2: under a CIS umask of 027 the directories made here were 0750, closed to the service user."""
+    source, served = dirs
+    target = served / "variants" / "abc"
+    old = os.umask(0o027)
+    try:
+        result = run_module("served_model", dict(source=str(source), path=str(target)))
+    finally:
+        os.umask(old)
+    assert not result.failed, result
+    for directory in (served, served / "variants", target):
+        assert oct(directory.stat().st_mode & 0o777) == "0o755", directory
+    assert oct((target / "config.json").stat().st_mode & 0o777) == "0o644"

@@ -30,6 +30,7 @@ class FakeVllm(BaseHTTPRequestHandler):
             self._send(200, {"data": [{"id": m} for m in self.server.models]})
 
     def do_POST(self):
+        self.server.posts.append(self.path)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         assert body["max_tokens"] == 1
         self._send(200, {"choices": [{"message": {"content": "OK"}}]})
@@ -41,7 +42,7 @@ class FakeVllm(BaseHTTPRequestHandler):
 @pytest.fixture
 def server():
     httpd = HTTPServer(("127.0.0.1", 0), FakeVllm)
-    httpd.health, httpd.models = 200, ["kimi"]
+    httpd.health, httpd.models, httpd.posts = 200, ["kimi"], []
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield httpd
@@ -55,6 +56,15 @@ def url(httpd):
 def test_ready_models_and_completion(run_module, server):
     result = run_module("vllm_server_wait", {"url": url(server), "served_model_name": "kimi", "timeout": 30}).result
     assert result["ready"] is True and result["models"] == ["kimi"] and result["completion"] == "OK", result
+
+
+def test_check_mode_sends_no_completion(run_module, server):
+    """Issue 14, point 13: verification in check mode sent a real completion."""
+    run = run_module("vllm_server_wait", {"url": url(server), "served_model_name": "kimi", "timeout": 30}, check=True)
+    assert not run.failed and run.result["ready"] is True and run.result["models"] == ["kimi"], run
+    assert run.result["completion"] is None and server.posts == []
+    assert run_module("vllm_server_wait", {"url": url(server), "served_model_name": "kimi"}).result["completion"] == "OK"
+    assert server.posts == ["/v1/chat/completions"]
 
 
 def test_missing_model_name_fails(run_module, server):
