@@ -458,7 +458,7 @@ def _nccl(ctx):
     else:
         details["kind"] = "hang"
         stage, end = hang
-        evidence = _evidence([stage, end], 2)
+        evidence = _evidence([stage, end])
         cause = ("The start stopped in NCCL set-up (init_distributed_environment / the first all-reduce) and never went on "
                  "to load the model: the workers hang waiting for each other.")
     cause += (" On PCIe-only RTX PRO 6000 hosts this traces mostly to IOMMU/ACS redirecting peer-to-peer traffic, or to an "
