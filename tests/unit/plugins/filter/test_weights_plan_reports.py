@@ -1,0 +1,156 @@
+"""fleet.vllm.weights_plan and its helpers, whole results: the plan entry of every host (action,
+peer, peers and the reason the vllm_weights role prints), the status entries the plan is made
+from, and the errors an operator reads. test_weights_plan.py covers who copies from whom."""
+
+from __future__ import annotations
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.fleet.vllm.plugins.filter.weights_plan import (
+    weights_peer_address,
+    weights_peer_url,
+    weights_plan,
+    weights_status,
+)
+
+COMPLETE = dict(action="none", peer=None, peers=[], reason="the snapshot is complete here")
+
+
+def host(name, complete=False, in_play=True, site="default", seed=""):
+    return dict(host=name, complete=complete, in_play=in_play, site=site, seed=seed)
+
+
+def test_shared_storage_plan_in_full():
+    assert weights_plan([host("a", True), host("b"), host("c", in_play=False)], "shared") == {
+        "a": dict(action="verify", peer=None, peers=[], reason="shared storage: verify only"),
+        "b": dict(action="verify", peer=None, peers=[], reason="shared storage: verify only"),
+    }
+
+
+def test_hub_plan_in_full():
+    assert weights_plan([host("a", True), host("b"), host("c", in_play=False)], "hub") == {
+        "a": COMPLETE,
+        "b": dict(action="download", peer=None, peers=[], reason="source hub: every host downloads"),
+    }
+
+
+def test_peer_plan_without_a_source_in_full():
+    assert weights_plan([host("s", site="r1"), host("c1", site="r1"), host("c2", site="r1")], "peer") == {
+        "s": dict(action="download", peer=None, peers=[],
+                  reason="no host of site r1 has the snapshot: this one fetches it for the site"),
+        "c1": dict(action="copy", peer="s", peers=["s", "c2"],
+                   reason="copy from s once it has fetched the snapshot for site r1 (or from 1 other host(s) of the site "
+                          "once they have it)"),
+        "c2": dict(action="copy", peer="s", peers=["s", "c1"],
+                   reason="copy from s once it has fetched the snapshot for site r1 (or from 1 other host(s) of the site "
+                          "once they have it)"),
+    }
+
+
+def test_peer_plan_with_sources_in_full():
+    assert weights_plan([host("a", True), host("b", True, in_play=False), host("c"), host("d")], "peer") == {
+        "a": COMPLETE,
+        "c": dict(action="copy", peer="a", peers=["a", "b", "d"],
+                  reason="copy from a, which has the snapshot (or from 1 other host(s) of the site once they have it)"),
+        "d": dict(action="copy", peer="b", peers=["b", "a", "c"],
+                  reason="copy from b, which has the snapshot (or from 1 other host(s) of the site once they have it)"),
+    }
+    assert weights_plan([host("a", True), host("c")], "peer")["c"] == dict(
+        action="copy", peer="a", peers=["a"], reason="copy from a, which has the snapshot")
+
+
+def test_the_first_seed_named_that_is_in_the_play_downloads():
+    """Seeds named by hosts outside the play, or by no host of the site, are passed over."""
+    hosts = [host("a", seed="gone"), host("b", seed="c"), host("c"), host("x", in_play=False, seed="x")]
+    plan = weights_plan(hosts, "peer")
+    assert {name: entry["action"] for name, entry in plan.items()} == {"a": "copy", "b": "copy", "c": "download"}
+    assert plan["a"]["peers"] == ["c", "b"]
+
+
+def test_entries_default_to_one_site_without_a_seed():
+    plan = weights_plan([dict(host="a", in_play=True), dict(host="b", in_play=True, site="default")], "peer")
+    assert plan["a"]["reason"] == "no host of site default has the snapshot: this one fetches it for the site"
+    assert plan["b"]["peers"] == ["a"]
+    # Hosts whose in_play is missing are not in the play.
+    assert weights_plan([dict(host="a")], "hub") == {}
+
+
+@pytest.mark.parametrize("raw", [{"site": "r1"}, {"host": ""}, "gpu-1", None])
+def test_an_entry_without_a_host_name(raw):
+    with pytest.raises(AnsibleFilterError) as caught:
+        weights_plan([raw], "peer")
+    assert str(caught.value) == "weights_plan: each entry needs a host name, got %r" % (raw,)
+
+
+def test_unknown_source_in_full():
+    with pytest.raises(AnsibleFilterError) as caught:
+        weights_plan([], "nfs")
+    assert str(caught.value) == "vllm_weights_source is 'nfs': use one of peer, hub, shared"
+
+
+# ---- weights_status --------------------------------------------------------------------------
+
+
+def test_status_of_a_host_in_the_play_in_full():
+    data = {"inventory_hostname": "a", "vllm_weights_site": "r2", "vllm_weights_seed_host": "b",
+            "__vllm_weights_local": {"complete": True}}
+    assert weights_status(data, True) == dict(host="a", site="r2", complete=True, in_play=True, seed="b")
+    assert weights_status({"inventory_hostname": "a"}, True) == dict(
+        host="a", site="default", complete=False, in_play=True, seed="")
+
+
+HOSTVARS = {"p": {"vllm_weights_site": "r3", "vllm_weights_seed_host": "q"}}
+
+
+@pytest.mark.parametrize("result, complete", [
+    ({"item": "p", "complete": True}, True),
+    ({"item": "p", "complete": False}, False),
+    ({"item": "p"}, False),
+    ({"item": "p", "complete": True, "unreachable": True}, False),
+    ({"item": "p", "complete": True, "failed": True}, False),
+    ({"item": "p", "complete": True, "skipped": True}, False),
+    ({"item": "p", "complete": True, "failed": False, "skipped": False, "unreachable": False}, True),
+])
+def test_status_of_a_host_outside_the_play_in_full(result, complete):
+    assert weights_status(result, False, HOSTVARS) == dict(host="p", site="r3", complete=complete, in_play=False, seed="q")
+
+
+def test_status_of_a_host_without_variables():
+    assert weights_status({"item": "p", "complete": True}, False) == dict(
+        host="p", site="default", complete=True, in_play=False, seed="")
+    assert weights_status({"item": "z", "complete": True}, False, HOSTVARS)["site"] == "default"
+
+
+def test_status_without_an_item_in_full():
+    with pytest.raises(AnsibleFilterError) as caught:
+        weights_status({"complete": True}, False, HOSTVARS)
+    assert str(caught.value) == ("weights_status: expects a loop result with an item (the host asked), got "
+                                 "{'complete': True}")
+
+
+# ---- peer addresses --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("host_vars, address", [
+    ({"vllm_weights_peer_address": "10.0.0.9", "ansible_host": "10.0.0.1", "inventory_hostname": "a"}, "10.0.0.9"),
+    ({"vllm_weights_peer_address": "", "ansible_host": "10.0.0.1", "inventory_hostname": "a"}, "10.0.0.1"),
+    ({"inventory_hostname": "a"}, "a"),
+])
+def test_peer_address(host_vars, address):
+    assert weights_peer_address(host_vars) == address
+
+
+@pytest.mark.parametrize("host_vars", [{}, None, "a"])
+def test_peer_address_needs_host_variables(host_vars):
+    with pytest.raises(AnsibleFilterError) as caught:
+        weights_peer_address(host_vars)
+    assert str(caught.value) == ("weights_peer_address: expects a host's variables (hostvars[name]), got %r"
+                                 % (type(host_vars),))
+
+
+def test_peer_url():
+    assert weights_peer_url({"ansible_host": "10.0.0.1"}, "/models/kimi/") == "rsync://10.0.0.1:8873/models/kimi"
+    assert weights_peer_url({"ansible_host": "10.0.0.1"}, "m", 9000) == "rsync://10.0.0.1:9000/m"
+    assert weights_peer_url({"ansible_host": "10.0.0.1", "vllm_weights_peer_port": 7000}, "m", 9000) == (
+        "rsync://10.0.0.1:7000/m")
