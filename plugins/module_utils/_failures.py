@@ -112,7 +112,7 @@ def runs(lines):
     return [run for run in result if run]
 
 
-def relevant(lines, since_last_start=False):
+def relevant(lines, since_last_start):
     """The lines to analyse: the last start only, or everything since the last start that
     reached readiness (failures before it were fixed since), or the whole window."""
     parts = runs(lines)
@@ -438,7 +438,7 @@ def _nccl_hang(lines):
 
 def _nccl(ctx):
     hits = _grep(ctx.lines, _NCCL_ERROR_RES)
-    hang = None if hits else _nccl_hang(ctx.lines)
+    hang = _nccl_hang(ctx.lines)  # read only when no NCCL error explains the failure
     if not hits and hang is None:
         return None
     details = dict(kind=None, nccl_error=None)
