@@ -583,3 +583,13 @@ def test_evidence_is_trimmed_only_beyond_its_limit(size, trimmed):
     line = head + "x" * (size - len(head))
     evidence = findings(text(STARTED, line, EXITED))[0]["evidence"]
     assert evidence == [line[:_failures.EVIDENCE_CHARS] + " [...]" if trimmed else line]
+
+
+def test_an_engine_death_whose_only_errors_are_wrappers_names_no_root():
+    """EngineDeadError and the like are raised on top of the real error: alone, they name no cause."""
+    dead = vllm("APIServer pid=9", "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.")
+    got = findings(text(STARTED, dead, EXITED))
+    assert got == [finding("engine_core_died", [dead],
+                           "The engine core process died and no error precedes it in the journal lines read: raise "
+                           "journal_lines, or look at journal_tail.", REMEDY_ENGINE,
+                           dict(root_error=None, root_exception=None))]

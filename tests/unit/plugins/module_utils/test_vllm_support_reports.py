@@ -63,6 +63,8 @@ def test_versions_are_split_in_full(text, expected):
      FP8 + ": pre-release or nightly 0.16.0rc2.dev313 is of a line older than 0.17.1rc1, where it came"),
     ("0.17.1rc0.dev9", False,
      FP8 + ": pre-release or nightly 0.17.1rc0.dev9 is of a line older than 0.17.1rc1, where it came"),
+    # A beta comes before any release candidate, whatever its number.
+    ("0.17.1b3", False, FP8 + ": pre-release or nightly 0.17.1b3 is of a line older than 0.17.1rc1, where it came"),
     ("0.17.1rc1.dev5", None, UNDETERMINED % (FP8, "0.17.1rc1.dev5", "0.17.1rc1", "0.18.0")),
     ("0.17.1.dev5", None, UNDETERMINED % (FP8, "0.17.1.dev5", "0.17.1", "0.18.0")),
     ("0.18.0rc1", None, UNDETERMINED % (FP8, "0.18.0rc1", "0.18.0rc1", "0.18.0")),
