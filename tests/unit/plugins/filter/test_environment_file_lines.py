@@ -36,6 +36,10 @@ def test_values_are_quoted_for_systemd_and_the_shell():
         'NCCL_PROTO="LL"', 'NCCL_SOCKET_IFNAME="a\\\\b\\"c\\$d\\`e f"']
 
 
+def test_only_the_four_special_characters_are_escaped():
+    assert environment_file_lines({"X": "eXt0 'a' \\X"}) == ['X="eXt0 \'a\' \\\\X"']
+
+
 def test_without_defaults_or_allowed_list_every_valid_name_is_taken():
     assert environment_file_lines({"HF_TOKEN": "hf_x", "VLLM_API_KEY": "", "_X": 0}) == [
         'HF_TOKEN="hf_x"', 'VLLM_API_KEY=""', '_X="0"']

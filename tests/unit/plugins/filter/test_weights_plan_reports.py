@@ -152,5 +152,62 @@ def test_peer_address_needs_host_variables(host_vars):
 def test_peer_url():
     assert weights_peer_url({"ansible_host": "10.0.0.1"}, "/models/kimi/") == "rsync://10.0.0.1:8873/models/kimi"
     assert weights_peer_url({"ansible_host": "10.0.0.1"}, "m", 9000) == "rsync://10.0.0.1:9000/m"
+    assert weights_peer_url({"ansible_host": "h"}, "/X/Kimi-K2.5-NVFP4X/") == "rsync://h:8873/X/Kimi-K2.5-NVFP4X"
     assert weights_peer_url({"ansible_host": "10.0.0.1", "vllm_weights_peer_port": 7000}, "m", 9000) == (
         "rsync://10.0.0.1:7000/m")
+
+
+# ---- weights_networks ------------------------------------------------------------------------
+
+
+def interface(name, ipv4=None, ipv6=None, secondaries=None):
+    value = dict(device=name)
+    if ipv4 is not None:
+        value["ipv4"] = ipv4
+    if ipv6 is not None:
+        value["ipv6"] = ipv6
+    if secondaries is not None:
+        value["ipv4_secondaries"] = secondaries
+    return value
+
+
+def test_networks_read_from_every_kind_of_interface_entry():
+    from ansible_collections.fleet.vllm.plugins.filter.weights_plan import weights_networks
+    facts = {
+        "interfaces": ["eth0", "eth1", "eth2", "ib0"],
+        "default_ipv4": {"address": "10.1.2.3", "interface": "eth0", "prefix": "24"},
+        "not_an_interface": {"ipv4": {"address": "10.99.0.1", "prefix": "24"}},
+        # netmask without prefix; an entry without an address; an address that is not one
+        "eth0": interface("eth0", {"address": "10.4.5.6", "netmask": "255.255.0.0"},
+                          secondaries=[{"prefix": "24"}, "junk", {"address": "bogus", "prefix": "8"},
+                                       {"address": "192.168.9.9", "prefix": "24"}]),
+        # no IPv4 at all; link-local first, an entry without a prefix, a zone index
+        "eth1": interface("eth1", ipv6=[{"address": "fe80::1", "prefix": "64"}, {"address": "fd00:9::1"}, "junk",
+                                        {"address": "fd00:1::5%eth1", "prefix": "64"}]),
+        "eth2": interface("eth2", {"address": "127.0.0.2", "prefix": "8"},
+                          ipv6=[{"address": "fd00:2::1", "prefix": "48"}]),
+    }
+    assert weights_networks(facts) == ["10.4.0.0/16", "192.168.9.0/24", "fd00:1::/64", "fd00:2::/48"]
+
+
+@pytest.mark.parametrize("facts, networks, message", [
+    ({}, 5, "vllm_weights_peer_networks is 5: set it to a list of networks (CIDRs)"),
+    ({}, {"a": "10.0.0.0/8"}, "vllm_weights_peer_networks is {'a': '10.0.0.0/8'}: set it to a list of networks (CIDRs)"),
+    ({}, ["10.0.0.0/8", "rack-3"],
+     "vllm_weights_peer_networks has 'rack-3', which is not an IPv4 or IPv6 address or network (CIDR): set it to networks "
+     "such as 10.20.0.0/16 or fd00:20::/64"),
+    (["eth0"], None, "weights_networks: expects a host's facts (ansible_facts), got <class 'list'>"),
+    ({"lo": {"device": "lo", "ipv4": {"address": "127.0.0.1", "prefix": "8"}}}, None,
+     "no network address found on this host (its network facts list none outside loopback and link-local): set "
+     "vllm_weights_peer_networks to the networks its peers copy from"),
+])
+def test_network_errors_in_full(facts, networks, message):
+    from ansible_collections.fleet.vllm.plugins.filter.weights_plan import weights_networks
+    with pytest.raises(AnsibleFilterError) as caught:
+        weights_networks(facts, networks)
+    assert str(caught.value) == message
+
+
+def test_a_site_outside_the_play_does_not_hide_the_next_one():
+    plan = weights_plan([host("x1", site="x", in_play=False), host("y1", site="y"), host("y2", site="y")], "peer")
+    assert {name: entry["action"] for name, entry in plan.items()} == {"y1": "download", "y2": "copy"}

@@ -138,3 +138,15 @@ def test_edit_errors_in_full(call, message):
     with pytest.raises(JsonDocError) as caught:
         call()
     assert str(caught.value) == message
+
+
+def test_appending_to_an_empty_nested_object_and_snippets_of_other_shapes():
+    gone = dict(kind="before_next", next_key="gone", text='"k": 1,\n')
+    assert splice('{"a": {}, "b": 2}', ["a"], "k", gone) == '{"a": {"k": 1}, "b": 2}'
+    # The key as the snippet writes it is found first, not a key of the same name inside its value.
+    nested = dict(kind="after_prev", prev_key="gone", text=', "k": {"k": 1}')
+    assert splice('{"b": 1}', [], "k", nested) == '{"b": 1, "k": {"k": 1}}'
+    assert splice('{"b": 1}', [], "k", dict(kind="after_prev", prev_key="gone", text=', "k": null')) == '{"b": 1, "k": null}'
+    # A key json.dumps escapes (non-ASCII): the snippet is read from its first quote.
+    assert splice('{"b": 1}', [], "\u00e9", dict(kind="after_prev", prev_key="gone", text=', "\u00e9": [1, "x"]')) == (
+        '{"b": 1, "\u00e9": [1, "x"]}')

@@ -39,6 +39,11 @@ def test_declaration_errors_in_full(name, doc, message):
     assert error(lambda: list(declaration_sites(name, doc))) == message
 
 
+def test_a_value_of_no_json_type_is_named_by_its_type():
+    assert error(lambda: list(declaration_sites("config.json", {"quantization_config": ("a",)}))) == (
+        "config.json: quantization_config is a JSON tuple, expected an object (or null)")
+
+
 def test_declarations_of_hf_quant_config():
     doc = {"kv_cache_quant_algo": "FP8", "quantization": {"kv_cache_quant_algo": "FP8", "kv_cache_scheme": None}}
     assert list(declaration_sites("hf_quant_config.json", doc)) == [([], "kv_cache_quant_algo"),

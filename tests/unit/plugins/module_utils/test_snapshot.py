@@ -222,6 +222,14 @@ def test_partial_downloads_and_bytes_on_disk(tmp_path):
     assert incomplete_files(str(tmp_path / "none")) == []
 
 
+def test_bytes_on_disk_skip_only_the_manifest(tmp_path):
+    """Every file of the directory counts, whatever order the directory lists them in, but the manifest."""
+    for number in range(40):
+        write(tmp_path / ("model-%05d-of-00040.safetensors" % number), b"w" * number)
+    write(tmp_path / ".fleet-vllm-snapshot.json", b"m" * 1000)
+    assert bytes_on_disk(str(tmp_path)) == sum(range(40))
+
+
 def test_free_bytes_of_a_path_not_made_yet(tmp_path):
     free, probe = free_bytes(str(tmp_path / "a" / "b"))
     st = os.statvfs(str(tmp_path))
@@ -270,3 +278,26 @@ def test_progress_line(record, line):
 def test_rsync_answers(rc, stderr, kind):
     assert rsync_kind(rc, stderr) == kind
     assert kind in _snapshot.RSYNC_KINDS
+
+
+def test_manifest_patterns_and_its_time_in_utc(monkeypatch):
+    import time
+    manifest = make_manifest("r", SHA, [], allow_patterns=None, ignore_patterns=["*.bin"])
+    assert (manifest["allow_patterns"], manifest["ignore_patterns"]) == (None, ["*.bin"])
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        before = time.time()
+        created = make_manifest("r", SHA, [])["created"]
+        after = time.time()
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    utc = [time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(moment)) for moment in (before, after)]
+    assert created in utc
+
+
+def test_only_partial_downloads_of_the_download_directory_count(tmp_path):
+    write(tmp_path / ".cache/huggingface/other/x.incomplete", b"x")
+    write(tmp_path / ".cache/huggingface/download/y.incomplete", b"y")
+    assert incomplete_files(str(tmp_path)) == [str(tmp_path / ".cache/huggingface/download/y.incomplete")]

@@ -83,6 +83,8 @@ def test_index_args_ignore_what_the_source_does_not_use():
         "--index-url", "https://mirror/simple"]
     assert index_args("nightly", SHA, "https://wheels.vllm.ai//", "", "") == [
         "--extra-index-url", "https://wheels.vllm.ai/" + SHA]
+    assert index_args("nightly", SHA, "https://mirror.example/vllm-X/", "", "") == [
+        "--extra-index-url", "https://mirror.example/vllm-X/" + SHA]
 
 
 def test_pin_names_what_identifies_the_build():

@@ -201,6 +201,15 @@ def test_a_dtype_a_build_lacks_names_the_release_that_brought_it():
 # ---- inputs ----------------------------------------------------------------------------------
 
 
+def test_a_config_that_is_not_json_in_full(tmp_path):
+    from ansible_collections.fleet.vllm.plugins.module_utils._vllm_support import load_config
+    (tmp_path / "config.json").write_text('{"model_type": ')
+    with pytest.raises(VllmSupportError) as caught:
+        load_config(str(tmp_path))
+    assert str(caught.value) == "%s is not valid JSON: Expecting value: line 1 column 16 (char 15)" % (
+        tmp_path / "config.json")
+
+
 @pytest.mark.parametrize("text", ["12", None, "twelve"])
 def test_capability_error_in_full(text):
     with pytest.raises(VllmSupportError) as caught:
