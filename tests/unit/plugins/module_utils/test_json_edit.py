@@ -128,6 +128,7 @@ def test_parse_errors_name_the_file_and_the_place():
 
 @pytest.mark.parametrize("call, message", [
     (lambda: cut(CONFIG, ["missing"], "k"), "no object at missing"),
+    (lambda: cut(CONFIG, ["quantization_config", "missing"], "k"), "no object at quantization_config/missing"),
     (lambda: cut(CONFIG, ["quantization_config", "kv_cache_scheme"], "bits"),
      "no member 'bits' at quantization_config/kv_cache_scheme"),
     (lambda: splice(CONFIG, ["rope_scaling"], "k", dict(kind="only", text="")), "no object at rope_scaling"),

@@ -301,3 +301,17 @@ def test_only_partial_downloads_of_the_download_directory_count(tmp_path):
     write(tmp_path / ".cache/huggingface/other/x.incomplete", b"x")
     write(tmp_path / ".cache/huggingface/download/y.incomplete", b"y")
     assert incomplete_files(str(tmp_path)) == [str(tmp_path / ".cache/huggingface/download/y.incomplete")]
+
+
+def test_every_problem_counts_its_bytes(tmp_path):
+    """A missing file listed first does not stop the check, and every short, absent or changed file adds its size."""
+    files = snapshot(tmp_path)
+    (tmp_path / "config.json").unlink()
+    (tmp_path / "config.json").mkdir()
+    (tmp_path / "model-00001-of-00002.safetensors").write_bytes(b"x" * 9 + b"z")
+    files.insert(0, dict(path="a-missing.json", size=3))
+    total = sum(item["size"] for item in files)
+    got = check(str(tmp_path), files, deep=True)
+    assert (got["missing"], [item["path"] for item in got["wrong_size"]], got["wrong_hash"]) == (
+        ["a-missing.json"], ["config.json"], ["model-00001-of-00002.safetensors"])
+    assert (got["missing_bytes"], got["present_bytes"], got["total_bytes"]) == (3 + 8 + 10, total - 21, total)
