@@ -239,6 +239,7 @@ def test_dtype_comes_from_the_text_config_first():
     (["-m", "mymodule", "--port", "1"], ["-m", "mymodule", "--port", "1"]),
     (["-m"], ["-m"]),
     (["-m", "vllm.entrypoints.openai.api_server"], []),
+    (["/opt/vllm/current/bin/vllm", "--port", "1"], ["--port", "1"]),
 ])
 def test_server_args_that_are_not_a_vllm_command_stay(args, expected):
     assert normalise_server_args(args) == expected
