@@ -695,6 +695,7 @@ def diagnose(journal_text, unit="vllm.service", service_user="vllm", since_last_
     )
 
 
-def journal_stopped(journal_text, since_last_start=False):
-    """What the journal text says of the service: stopped (True), started (False), or None."""
-    return journal_says_stopped(relevant(parse(journal_text), since_last_start))
+def journal_stopped(journal_text):
+    """What the journal text says of the service: stopped (True), started (False), or None. Only
+    the last start counts, whichever lines diagnose() would analyse."""
+    return journal_says_stopped(parse(journal_text))
