@@ -126,7 +126,6 @@ def result(**fields):
     base = dict(complete=True, missing=[], wrong_size=[], wrong_hash=[], index_problems=[], present_bytes=0,
                 missing_bytes=0, total_bytes=0, hashed_bytes=0)
     base.update(fields)
-    base["complete"] = not (base["missing"] or base["wrong_size"] or base["wrong_hash"] or base["index_problems"])
     return base
 
 
@@ -146,7 +145,7 @@ def test_an_incomplete_snapshot_in_full(tmp_path):
     files.append(dict(path="tokenizer.json", size=5))
     got = check(str(tmp_path), files)
     assert got == result(
-        missing=["tokenizer.json"],
+        complete=False, missing=["tokenizer.json"],
         wrong_size=[dict(path="config.json", size=None, expected=8),
                     dict(path="model-00002-of-00002.safetensors", size=7, expected=20)],
         index_problems=["model.safetensors.index.json names model-00002-of-00002.safetensors, which is not complete on disk"],
@@ -163,7 +162,7 @@ def test_a_deep_check_finds_a_changed_byte(tmp_path):
     total = sum(item["size"] for item in files)
     assert check(str(tmp_path), files) == result(present_bytes=total, total_bytes=total)
     got = check(str(tmp_path), files, deep=True)
-    assert got == result(wrong_hash=["model-00001-of-00002.safetensors"], present_bytes=total - 10, missing_bytes=10,
+    assert got == result(complete=False, wrong_hash=["model-00001-of-00002.safetensors"], present_bytes=total - 10, missing_bytes=10,
                          total_bytes=total, hashed_bytes=total,
                          index_problems=["model.safetensors.index.json names model-00001-of-00002.safetensors, which is "
                                          "not complete on disk"])
@@ -185,7 +184,8 @@ def test_a_deep_check_finds_a_changed_byte(tmp_path):
 def test_index_problems_in_full(tmp_path, index, problem):
     entry = write(tmp_path / "sub" / "model.safetensors.index.json", index)
     entry["path"] = "sub/model.safetensors.index.json"
-    assert check(str(tmp_path), [entry])["index_problems"] == [problem]
+    got = check(str(tmp_path), [entry])
+    assert (got["complete"], got["index_problems"]) == (False, [problem])
 
 
 def test_an_index_that_is_not_complete_is_not_read(tmp_path):
@@ -196,14 +196,14 @@ def test_an_index_that_is_not_complete_is_not_read(tmp_path):
 
 def test_problems_are_listed_five_at_most():
     names = ["f%d" % n for n in range(7)]
-    got = result(missing=names, wrong_size=[dict(path=n, size=1, expected=2) for n in names], wrong_hash=names,
+    got = result(complete=False, missing=names, wrong_size=[dict(path=n, size=1, expected=2) for n in names], wrong_hash=names,
                  index_problems=["p%d" % n for n in range(7)])
     assert describe_problems(got) == (
         "7 file(s) missing (f0, f1, f2, f3, f4, ...); 7 file(s) with the wrong size (f0: 1 bytes, expected 2, f1: 1 bytes, "
         "expected 2, f2: 1 bytes, expected 2, f3: 1 bytes, expected 2, f4: 1 bytes, expected 2); 7 file(s) whose sha256 "
         "differs from the listing (f0, f1, f2, f3, f4); p0; p1; p2; p3; p4")
-    assert describe_problems(result(missing=names[:5])) == "5 file(s) missing (f0, f1, f2, f3, f4)"
-    assert describe_problems(result(missing=names[:3]), limit=2) == "3 file(s) missing (f0, f1, ...)"
+    assert describe_problems(result(complete=False, missing=names[:5])) == "5 file(s) missing (f0, f1, f2, f3, f4)"
+    assert describe_problems(result(complete=False, missing=names[:3]), limit=2) == "3 file(s) missing (f0, f1, ...)"
     assert describe_problems(result()) == ""
 
 
@@ -315,3 +315,16 @@ def test_every_problem_counts_its_bytes(tmp_path):
     assert (got["missing"], [item["path"] for item in got["wrong_size"]], got["wrong_hash"]) == (
         ["a-missing.json"], ["config.json"], ["model-00001-of-00002.safetensors"])
     assert (got["missing_bytes"], got["present_bytes"], got["total_bytes"]) == (3 + 8 + 10, total - 21, total)
+
+
+@pytest.mark.parametrize("damage", ["missing", "short", "changed"])
+def test_any_one_problem_makes_the_snapshot_incomplete(tmp_path, damage):
+    files = snapshot(tmp_path)
+    if damage == "missing":
+        (tmp_path / "config.json").unlink()
+    elif damage == "short":
+        (tmp_path / "config.json").write_bytes(b"{}")
+    else:
+        (tmp_path / "config.json").write_bytes(b'{"a": 2}')
+    assert check(str(tmp_path), files, deep=True)["complete"] is False
+    assert check(str(tmp_path), files, deep=False)["complete"] is (damage == "changed")
