@@ -52,7 +52,8 @@ def survivors():
 
 
 def table():
-    """The per-module table of docs/mutation.md, as Markdown."""
+    """The per-module table of docs/mutation.md, as Markdown (timeouts and suspicious results count as killed:
+    the tests noticed the mutant)."""
     counts = {}
     for name, status in statuses().items():
         match = NAME_RE.match(name)
@@ -60,7 +61,7 @@ def table():
         module = module[len(PACKAGE):] if module.startswith(PACKAGE) else module
         counts.setdefault(module, {})
         counts[module][status] = counts[module].get(status, 0) + 1
-    print("| module | mutants | killed | survived | not reached | other | survival |")
+    print("| module | mutants | killed | survived | not reached | not run yet | survival |")
     print("|---|---|---|---|---|---|---|")
     total = {}
     for module in sorted(counts) + ["**all**"]:
@@ -68,13 +69,12 @@ def table():
         if row is not total:
             for status, number in row.items():
                 total[status] = total.get(status, 0) + number
-        killed, survived = row.get("killed", 0), row.get("survived", 0)
-        reached = killed + survived + row.get("timeout", 0) + row.get("suspicious", 0)
-        other = sum(row.values()) - killed - survived - row.get("no tests", 0)
-        rate = "%.1f%%" % (100.0 * survived / reached) if reached else "-"
+        killed = row.get("killed", 0) + row.get("timeout", 0) + row.get("suspicious", 0)
+        survived = row.get("survived", 0)
+        rate = "%.1f%%" % (100.0 * survived / (killed + survived)) if killed + survived else "-"
         label = module if module.startswith("*") else "`%s`" % module
         print("| %s | %d | %d | %d | %d | %d | %s |" % (
-            label, sum(row.values()), killed, survived, row.get("no tests", 0), other, rate))
+            label, sum(row.values()), killed, survived, row.get("no tests", 0), row.get("not checked", 0), rate))
 
 
 def equivalents():
