@@ -83,7 +83,7 @@ def systemd_exec_args(argv):
     words = [to_text(word) for word in argv]
     if not words or not words[0].startswith("/"):
         raise AnsibleFilterError("the command of a systemd Exec line must be an absolute path, got %r" % (words[:1],))
-    if "\x00" in "".join(words):
+    if any("\x00" in word for word in words):
         raise AnsibleFilterError("an argument contains a NUL character, which no command line can carry")
     return " ".join(_systemd_word(word) for word in words)
 

@@ -152,8 +152,8 @@ def weights_peer_url(host_vars, path, port=8873):
 
 def _get(mapping, name, default=None):
     try:
-        value = mapping.get(name, default)
-    except AttributeError:
+        value = mapping.get(name)
+    except AttributeError:  # None or not a mapping: nothing to read
         return default
     return default if value is None else value
 
@@ -162,17 +162,17 @@ def weights_status(data, in_play, all_hostvars=None):
     """A weights_plan entry: from a host's variables (in the play), or from the result of asking a host outside
     the play (a loop result of fleet.vllm.hf_snapshot delegated to it, with all_hostvars)."""
     if in_play:
-        local = _get(data, "__vllm_weights_local", {}) or {}
+        local = _get(data, "__vllm_weights_local")
         return dict(host=_get(data, "inventory_hostname"), site=_get(data, "vllm_weights_site", "default"),
-                    complete=bool(_get(local, "complete", False)), in_play=True,
+                    complete=bool(_get(local, "complete")), in_play=True,
                     seed=_get(data, "vllm_weights_seed_host", ""))
     host = _get(data, "item")
     if not host:
         raise AnsibleFilterError("weights_status: expects a loop result with an item (the host asked), got %r" % (data,))
-    host_vars = _get(all_hostvars or {}, host, {})
-    usable = not (_get(data, "unreachable", False) or _get(data, "failed", False) or _get(data, "skipped", False))
+    host_vars = _get(all_hostvars, host)
+    usable = not (_get(data, "unreachable") or _get(data, "failed") or _get(data, "skipped"))
     return dict(host=host, site=_get(host_vars, "vllm_weights_site", "default"),
-                complete=bool(usable and _get(data, "complete", False)), in_play=False,
+                complete=bool(usable and _get(data, "complete")), in_play=False,
                 seed=_get(host_vars, "vllm_weights_seed_host", ""))
 
 

@@ -112,7 +112,7 @@ def runs(lines):
     return [run for run in result if run]
 
 
-def relevant(lines, since_last_start=False):
+def relevant(lines, since_last_start):
     """The lines to analyse: the last start only, or everything since the last start that
     reached readiness (failures before it were fixed since), or the whole window."""
     parts = runs(lines)
@@ -438,7 +438,7 @@ def _nccl_hang(lines):
 
 def _nccl(ctx):
     hits = _grep(ctx.lines, _NCCL_ERROR_RES)
-    hang = None if hits else _nccl_hang(ctx.lines)
+    hang = _nccl_hang(ctx.lines)  # read only when no NCCL error explains the failure
     if not hits and hang is None:
         return None
     details = dict(kind=None, nccl_error=None)
@@ -458,7 +458,7 @@ def _nccl(ctx):
     else:
         details["kind"] = "hang"
         stage, end = hang
-        evidence = _evidence([stage, end], 2)
+        evidence = _evidence([stage, end])
         cause = ("The start stopped in NCCL set-up (init_distributed_environment / the first all-reduce) and never went on "
                  "to load the model: the workers hang waiting for each other.")
     cause += (" On PCIe-only RTX PRO 6000 hosts this traces mostly to IOMMU/ACS redirecting peer-to-peer traffic, or to an "
@@ -695,6 +695,7 @@ def diagnose(journal_text, unit="vllm.service", service_user="vllm", since_last_
     )
 
 
-def journal_stopped(journal_text, since_last_start=False):
-    """What the journal text says of the service: stopped (True), started (False), or None."""
-    return journal_says_stopped(relevant(parse(journal_text), since_last_start))
+def journal_stopped(journal_text):
+    """What the journal text says of the service: stopped (True), started (False), or None. Only
+    the last start counts, whichever lines diagnose() would analyse."""
+    return journal_says_stopped(parse(journal_text))

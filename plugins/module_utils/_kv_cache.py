@@ -89,7 +89,7 @@ def declaration_sites(file_name, doc):
     QuantConfigError for a container of a type vLLM cannot read.
     """
     for container_path in QUANT_CONTAINERS[file_name]:
-        container = get_path(doc, container_path) if container_path else doc
+        container = get_path(doc, container_path)  # the document itself for the empty path
         if container is None:
             continue
         if not isinstance(container, dict):
@@ -148,21 +148,21 @@ def effective_quant_config(config_doc, hf_quant_doc, vllm_version=None):
     """
     release = rules_release(vllm_version)
     quant_cfg = config_doc.get("quantization_config") if isinstance(config_doc, dict) else None
+    where = "%s: quantization_config" % CONFIG_FILE
     if quant_cfg is None:
         quant_cfg = hf_quant_doc
+        where = "%s: the document" % HF_QUANT_FILE
     if quant_cfg is None and isinstance(config_doc, dict) and isinstance(config_doc.get("text_config"), dict) and (
             release is None or (config_doc.get("model_type") in NESTED_QUANT_MODEL_TYPES and release < NESTED_QUANT_UNTIL)):
         quant_cfg = config_doc["text_config"].get("quantization_config")
+        where = "%s: text_config.quantization_config" % CONFIG_FILE
     if quant_cfg is None:
         return None
     if not isinstance(quant_cfg, dict):
-        raise QuantConfigError(
-            "%s: quantization_config is a JSON %s, expected an object (or null)"
-            % (CONFIG_FILE, _json_type(quant_cfg))
-        )
+        raise QuantConfigError("%s is a JSON %s, expected an object (or null)" % (where, _json_type(quant_cfg)))
     quant_cfg = dict(quant_cfg)
     producer = quant_cfg.get("producer")
-    inner = quant_cfg.get("quantization", {})
+    inner = quant_cfg.get("quantization")
     is_legacy = isinstance(inner, dict) and "modelopt_quant_config" in inner
     if (isinstance(producer, dict) and producer.get("name") == "modelopt") or is_legacy:
         algo = inner.get("quant_algo") if isinstance(inner, dict) else None
@@ -194,7 +194,7 @@ def resolve_kv_cache_dtype(config_doc, hf_quant_doc, requested="auto", vllm_vers
         return "auto"
     method = quant_cfg["quant_method"]
     if method.startswith("modelopt"):
-        inner = quant_cfg.get("quantization", quant_cfg)
+        inner = quant_cfg.get("quantization")
         if not isinstance(inner, dict):
             inner = quant_cfg
         algo = (
@@ -204,13 +204,12 @@ def resolve_kv_cache_dtype(config_doc, hf_quant_doc, requested="auto", vllm_vers
             or quant_cfg.get("kv_cache_quant_algo")
         )
         nvfp4 = _has_rule(release, NVFP4_KV_RELEASE)
-        if isinstance(algo, dict):
+        if isinstance(algo, dict):  # a compressed-tensors style scheme
             if algo.get("dynamic") is False and algo.get("num_bits") == 8 and algo.get("type") == "float":
-                algo = "fp8"
-            elif nvfp4 and algo.get("num_bits") == 4 and algo.get("type") == "float":
-                algo = "nvfp4"
-            else:
-                return "auto"
+                return _MODELOPT_KV_MAP["fp8"]
+            if nvfp4 and algo.get("num_bits") == 4 and algo.get("type") == "float":
+                return _MODELOPT_KV_MAP["nvfp4"]
+            return "auto"
         if isinstance(algo, str):
             resolved = _MODELOPT_KV_MAP.get(algo.lower(), "auto")
             return "auto" if resolved == "nvfp4" and not nvfp4 else resolved
@@ -224,14 +223,9 @@ def resolve_kv_cache_dtype(config_doc, hf_quant_doc, requested="auto", vllm_vers
 
 
 def _json_type(value):
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if value is None:
-        return "null"
-    return "object"
+    """The JSON name of what stands where an object should (never an object, never null: both
+    are accepted where these errors are raised)."""
+    for kind, name in ((bool, "boolean"), ((int, float), "number"), (str, "string"), (list, "array")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__

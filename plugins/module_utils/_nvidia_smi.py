@@ -176,8 +176,8 @@ def _gpu_from_row(row, what, line, number):
 
 
 def _version_value(value):
-    value = value.strip()
-    return value if _VERSION.match(value) else None
+    """The value when it is a version number (not "Not Found", "Deprecated, ..."), else None."""
+    return value if value and _VERSION.match(value) else None
 
 
 def parse_version(text):
@@ -195,8 +195,8 @@ def parse_version(text):
         values[key.strip().lower()] = value.strip()
     if "nvidia-smi version" not in values:
         raise NvidiaSmiParseError(what, "no 'NVIDIA-SMI version' line", text.strip().splitlines()[0] if text.strip() else "")
-    driver = _version_value(values.get("kmd version", "")) or _version_value(values.get("driver version", ""))
-    cuda = _version_value(values.get("cuda umd version", "")) or _version_value(values.get("cuda version", ""))
+    driver = _version_value(values.get("kmd version")) or _version_value(values.get("driver version"))
+    cuda = _version_value(values.get("cuda umd version")) or _version_value(values.get("cuda version"))
     return driver, cuda
 
 
@@ -271,9 +271,8 @@ def parse_topology(text):
     for title in trailing:
         if title in labels or _GPU_LABEL.match(title):
             raise NvidiaSmiParseError(what, "column %s is out of order or has no row" % title, lines[header_at], header_at + 1)
-    missing = [d for d in devices if d not in labels]
-    if missing or not devices:
-        raise NvidiaSmiParseError(what, "the matrix has no row for %s" % ", ".join(missing or header), lines[header_at], header_at + 1)
+    # GPU0 is in the header: it heads the devices, or the loop above refused it. Every device
+    # has a row: the devices are the header's titles that name one.
 
     matrix = {}
     affinity = {}
@@ -306,7 +305,7 @@ def parse_topology(text):
                         label, column, matrix[label][column], column, label, matrix[column][label]))
 
     nics = {}
-    for raw in lines[header_at + 1 + len(rows):]:
+    for raw in lines:  # "  NIC0: mlx5_0" lines of the legend; no row of the matrix looks like one
         match = _NIC_LEGEND.match(raw)
         if match:
             nics[match.group(1)] = match.group(2)

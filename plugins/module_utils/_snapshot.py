@@ -498,8 +498,8 @@ def free_bytes(path):
 
 def human_bytes(value):
     value = float(value)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(value) < 1000 or unit == "TB":
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(value) < 1000:
             return ("%d %s" % (value, unit)) if unit == "B" else ("%.1f %s" % (value, unit))
         value /= 1000.0
     return "%.1f TB" % value

@@ -27,14 +27,14 @@ _LOCAL_SHA_RE = re.compile(r"^g([0-9a-f]{7,40})$")
 KEY_SHA_LENGTH = 12
 
 
-def pin(source, commit="", version=""):
+def pin(source, commit, version):
     """What identifies the build: the source and its commit or its version."""
     if source == "nightly":
         return {"source": source, "commit": commit}
     return {"source": source, "version": version}
 
 
-def venv_key(source, commit="", version=""):
+def venv_key(source, commit, version):
     """Name of the pin's venv: nightly-<sha12>, pypi-<version>, wheelhouse-<version>, index-<version>."""
     if source == "nightly":
         return "nightly-" + commit[:KEY_SHA_LENGTH]
@@ -46,27 +46,25 @@ def nightly_index_url(nightly_index, commit):
     return "%s/%s" % (nightly_index.rstrip("/"), commit)
 
 
-def requirement(source, version=""):
+def requirement(source, version):
     """The requirement to install: a version pin, or plain ``vllm`` for the one-commit nightly index."""
     if source == "nightly":
         return "vllm"
     return "vllm==" + version
 
 
-def index_args(source, commit="", nightly_index="", index_url="", wheelhouse=""):
+def index_args(source, commit, nightly_index, index_url, wheelhouse):
     """Where the installer looks for wheels, as installer arguments (same for pip and uv)."""
     if source == "wheelhouse":
         return ["--no-index", "--find-links", wheelhouse]
-    args = []
-    if index_url:
-        args += ["--index-url", index_url]
+    args = ["--index-url", index_url] if index_url else []
     if source == "nightly":
         args += ["--extra-index-url", nightly_index_url(nightly_index, commit)]
     return args
 
 
-def install_command(installer, tool, python, source, commit="", version="", nightly_index="",
-                    index_url="", wheelhouse="", torch_backend="auto", extra_args=()):
+def install_command(installer, tool, python, source, commit, version, nightly_index, index_url, wheelhouse,
+                    torch_backend, extra_args):
     """The argv that installs the pinned vLLM into the venv whose interpreter is ``python``.
 
     ``tool`` is the uv executable for ``installer="uv"`` (ignored for pip, which runs as
@@ -98,7 +96,7 @@ def local_shas(found):
     return shas
 
 
-def version_matches(source, found, commit="", version=""):
+def version_matches(source, found, commit, version):
     """Whether the version the venv reports is the pinned build.
 
     Nightly: a ``+g<sha>`` local part that abbreviates the pinned commit. Otherwise the version
@@ -113,7 +111,7 @@ def version_matches(source, found, commit="", version=""):
     return found.partition("+")[0] == version
 
 
-def expected(source, commit="", version=""):
+def expected(source, commit, version):
     """The pin in words, for messages."""
     if source == "nightly":
         return "a nightly build of commit %s (a version ending in +g%s)" % (commit, commit[:KEY_SHA_LENGTH])

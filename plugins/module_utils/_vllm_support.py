@@ -134,8 +134,7 @@ class Feature(object):
     first release) or None (undetermined: a nightly or pre-release whose history is not proven).
     """
 
-    def __init__(self, name, what, first_release, merged_line=None, commit=None, merged=None, commits_with=None):
-        self.name = name
+    def __init__(self, what, first_release, merged_line=None, commit=None, merged=None, commits_with=None):
         self.what = what
         self.first_release = first_release
         self.merged_line = merged_line
@@ -207,7 +206,6 @@ FP8_TRITON_MLA_RELEASE_COMMITS = {
 }
 
 FP8_TRITON_MLA = Feature(
-    "fp8_triton_mla",
     "TRITON_MLA fp8 KV cache (commit a1257fd1ea93, PR #34597, merged %s)" % FP8_TRITON_MLA_MERGED,
     (0, 18, 0),
     merged_line=((0, 17, 1), ("rc", 1)),
@@ -218,68 +216,71 @@ FP8_TRITON_MLA = Feature(
 # Explicit bfloat16 came to every attention backend in 0.15.0: 0.14.0 and 0.14.1 list none
 # (TRITON_MLA and FLASH_ATTN_MLA take only auto, FLASHMLA/FLASHINFER_MLA/CUTLASS_MLA auto and fp8,
 # FLASH_ATTN's supports_kv_cache_dtype only auto), 0.15.0 lists bfloat16 everywhere.
-BF16_MLA = Feature("bf16_mla", "explicit bfloat16 KV cache for the MLA backends", (0, 15, 0))
-BF16_STANDARD = Feature("bf16_standard", "explicit bfloat16 KV cache for the standard backends", (0, 15, 0))
+BF16_MLA = Feature("explicit bfloat16 KV cache for the MLA backends", (0, 15, 0))
+BF16_STANDARD = Feature("explicit bfloat16 KV cache for the standard backends", (0, 15, 0))
 # float16 came to every backend, MLA and standard, in 0.18.0 (0.17.1 lists none).
-FP16_MLA = Feature("fp16_mla", "float16 KV cache for the MLA backends", (0, 18, 0))
-FP16_STANDARD = Feature("fp16_standard", "float16 KV cache for the standard backends", (0, 18, 0))
+FP16_MLA = Feature("float16 KV cache for the MLA backends", (0, 18, 0))
+FP16_STANDARD = Feature("float16 KV cache for the standard backends", (0, 18, 0))
 
 FP8_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")
 
 
-def _major_in(*majors):
-    return lambda cap: cap[0] in majors
+def capability_supported(rule, capability):
+    """Whether ``capability`` (a (major, minor) tuple) passes a TABLE rule: ``("any",)``,
+    ``("major", M, ...)`` (one of these majors), ``("at_least", (M, m))`` or
+    ``("between", (M, m), (M, m))`` (both ends included). Evaluated when asked, not when the
+    table is built, so that the rule's code runs under the tests of table_backends."""
+    kind = rule[0]
+    if kind == "major":
+        return capability[0] in rule[1:]
+    if kind == "at_least":
+        return capability >= rule[1]
+    if kind == "between":
+        return rule[1] <= capability <= rule[2]
+    return True
 
 
-def _at_least(low):
-    return lambda cap: cap >= low
-
-
-def _between(low, high):
-    return lambda cap: low <= cap <= high
-
-
-# name -> (attention kind, capability test, capability text, [(dtypes, feature or None)],
+# name -> (attention kind, capability rule, capability text, [(dtypes, feature or None)],
 #          fp8 needs SM89, note). The dtype groups are cumulative: a group counts when its
 # feature is present in the build (None: in every build the table covers, 0.14.0 on).
 TABLE = {
-    "TRITON_MLA": ("mla", lambda cap: True, "any", [
+    "TRITON_MLA": ("mla", ("any",), "any", [
         (("auto",), None),
         (("bfloat16",), BF16_MLA),
         (("fp8", "fp8_e4m3"), FP8_TRITON_MLA),
         (("float16",), FP16_MLA),
     ], True, "the only dense MLA backend on compute capability 12.x"),
-    "FLASHMLA": ("mla", _major_in(9, 10), "9.x and 10.x", [
+    "FLASHMLA": ("mla", ("major", 9, 10), "9.x and 10.x", [
         (("auto", "fp8", "fp8_e4m3"), None),
         (("bfloat16",), BF16_MLA),
         (("float16",), FP16_MLA),
     ], False, ""),
-    "FLASHINFER_MLA": ("mla", _major_in(10), "10.x", [
+    "FLASHINFER_MLA": ("mla", ("major", 10), "10.x", [
         (("auto", "fp8", "fp8_e4m3"), None),
         (("bfloat16",), BF16_MLA),
         (("float16",), FP16_MLA),
     ], False, ""),
-    "CUTLASS_MLA": ("mla", _major_in(10), "10.x", [
+    "CUTLASS_MLA": ("mla", ("major", 10), "10.x", [
         (("auto", "fp8", "fp8_e4m3"), None),
         (("bfloat16",), BF16_MLA),
         (("float16",), FP16_MLA),
     ], False, ""),
-    "FLASH_ATTN_MLA": ("mla", _major_in(9), "9.x", [
+    "FLASH_ATTN_MLA": ("mla", ("major", 9), "9.x", [
         (("auto",), None),
         (("bfloat16",), BF16_MLA),
         (("float16",), FP16_MLA),
     ], False, ""),
-    "FLASH_ATTN": ("standard", _at_least((8, 0)), "8.0 and later", [
+    "FLASH_ATTN": ("standard", ("at_least", (8, 0)), "8.0 and later", [
         (("auto",), None),
         (("bfloat16",), BF16_STANDARD),
         (("float16",), FP16_STANDARD),
     ], False, "FP8 KV depends on the FlashAttention build (FA3 on 9.x); the table does not count it"),
-    "FLASHINFER": ("standard", _between((7, 5), (12, 1)), "7.5 to 12.1", [
+    "FLASHINFER": ("standard", ("between", (7, 5), (12, 1)), "7.5 to 12.1", [
         (("auto", "fp8", "fp8_e4m3", "fp8_e5m2"), None),
         (("bfloat16",), BF16_STANDARD),
         (("float16",), FP16_STANDARD),
     ], False, ""),
-    "TRITON_ATTN": ("standard", lambda cap: True, "any", [
+    "TRITON_ATTN": ("standard", ("any",), "any", [
         (("auto", "fp8", "fp8_e4m3", "fp8_e5m2"), None),
         (("bfloat16",), BF16_STANDARD),
         (("float16",), FP16_STANDARD),
@@ -321,7 +322,7 @@ def table_backends(version, commit, kv_cache_dtype, attention_kind, capability):
                                                                _release_str(TABLE_FIRST_RELEASE)))
     backends = []
     for name in names:
-        dummy, cap_test, cap_text_ok, groups, fp8_needs_sm89, note = TABLE[name]
+        dummy, cap_rule, cap_text_ok, groups, fp8_needs_sm89, note = TABLE[name]
         dtypes = []
         missing = []
         for group, feature in groups:
@@ -350,7 +351,7 @@ def table_backends(version, commit, kv_cache_dtype, attention_kind, capability):
         elif fp8_needs_sm89 and kv_cache_dtype in FP8_DTYPES and capability < (8, 9):
             reasons.append("kv_cache_dtype not supported: FP8 KV in %s needs compute capability 8.9 or later "
                            "(Triton's fp8e4nv), this is %s" % (name, cap_text))
-        cap_ok = bool(cap_test(capability))
+        cap_ok = capability_supported(cap_rule, capability)
         if not cap_ok:
             reasons.append("compute capability not supported: %s runs on %s, this is %s" % (name, cap_text_ok, cap_text))
         if note and kv_cache_dtype in FP8_DTYPES and name == "FLASH_ATTN":

@@ -608,7 +608,7 @@ class Diagnosis(object):
             text = params["journal_text"]
             stopped = None
         if stopped is None:
-            stopped = journal_stopped(text, params["since_last_start"])
+            stopped = journal_stopped(text)
             self.result["service"]["stopped"] = stopped
         self.result["shm_leftovers"] = self.scan_shm(stopped)
         if params["model_path"]:

@@ -325,7 +325,7 @@ class Installer(object):
         # uv comes from where vLLM's dependencies come from: PyPI (or index_url) for the nightly
         # source, whose one-commit index holds vLLM only; the mirror; the wheelhouse.
         source = "pypi" if p["source"] == "nightly" else p["source"]
-        argv += index_args(source, index_url=p["index_url"], wheelhouse=p["wheelhouse"])
+        argv += index_args(source, p["commit"], p["nightly_index"], p["index_url"], p["wheelhouse"])
         rc, out, err = self.module.run_command(argv, environ_update=C_ENV, cwd="/")
         uv = os.path.join(self.path, "bin", "uv")
         if rc == 0 and os.access(uv, os.X_OK):

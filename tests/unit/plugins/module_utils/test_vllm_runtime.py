@@ -8,7 +8,9 @@ import pytest
 
 from ansible_collections.fleet.vllm.plugins.module_utils._vllm_runtime import (
     expected,
+    index_args,
     install_command,
+    pin,
     venv_key,
     version_matches,
 )
@@ -44,6 +46,17 @@ PY = "/opt/vllm/venvs/k/bin/python"
          "--index-url", "https://mirror/simple"],
         id="site-mirror-index"),
     pytest.param(
+        dict(installer="pip", tool=None, source="nightly", commit=SHA, nightly_index="https://wheels.vllm.ai",
+             torch_backend="cu130", extra_args=["--pre"]),
+        [PY, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "vllm",
+         "--extra-index-url", "https://wheels.vllm.ai/" + SHA, "--pre"],
+        id="nightly-pip-no-torch-backend"),
+    pytest.param(
+        dict(installer="pip", tool=None, source="wheelhouse", version="0.16.0", wheelhouse="/srv/wheels"),
+        [PY, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "vllm==0.16.0",
+         "--no-index", "--find-links", "/srv/wheels"],
+        id="wheelhouse-pip"),
+    pytest.param(
         dict(installer="uv", tool="uv", source="wheelhouse", version="0.16.0", wheelhouse="/srv/wheels",
              index_url="https://ignored/simple"),
         ["uv", "pip", "install", "vllm==0.16.0", "--torch-backend=auto", "--no-index", "--find-links", "/srv/wheels",
@@ -51,13 +64,32 @@ PY = "/opt/vllm/venvs/k/bin/python"
         id="wheelhouse-uses-no-index"),
 ])
 def test_install_command(kwargs, argv):
-    kwargs = dict(kwargs)
+    # What vllm_venv passes when an option is not set (its argument_spec's defaults).
+    kwargs = dict(dict(commit="", version="", nightly_index="", index_url="", wheelhouse="", torch_backend="auto",
+                       extra_args=[]), **kwargs)
     assert install_command(kwargs.pop("installer"), kwargs.pop("tool"), PY, kwargs.pop("source"), **kwargs) == argv
 
 
 def test_unknown_installer_is_refused():
-    with pytest.raises(ValueError):
-        install_command("conda", None, PY, "pypi", version="0.16.0")
+    with pytest.raises(ValueError) as caught:
+        install_command("conda", None, PY, "pypi", "", "0.16.0", "", "", "", "auto", [])
+    assert str(caught.value) == "unknown installer 'conda'"
+
+
+def test_index_args_ignore_what_the_source_does_not_use():
+    """vllm_venv installs uv from where vLLM's dependencies come from, with every option given."""
+    assert index_args("pypi", SHA, "https://wheels.vllm.ai", "", "/srv/wheels") == []
+    assert index_args("index", SHA, "https://wheels.vllm.ai", "https://mirror/simple", "") == [
+        "--index-url", "https://mirror/simple"]
+    assert index_args("nightly", SHA, "https://wheels.vllm.ai//", "", "") == [
+        "--extra-index-url", "https://wheels.vllm.ai/" + SHA]
+    assert index_args("nightly", SHA, "https://mirror.example/vllm-X/", "", "") == [
+        "--extra-index-url", "https://mirror.example/vllm-X/" + SHA]
+
+
+def test_pin_names_what_identifies_the_build():
+    assert pin("nightly", SHA, "0.16.0") == {"source": "nightly", "commit": SHA}
+    assert pin("wheelhouse", SHA, "0.16.0") == {"source": "wheelhouse", "version": "0.16.0"}
 
 
 @pytest.mark.parametrize("source, commit, version, key", [
@@ -89,5 +121,6 @@ def test_version_matches(source, found, commit, version, ok):
 
 
 def test_expected_names_the_pin():
-    assert "+ga1257fd1ea93" in expected("nightly", SHA) and SHA in expected("nightly", SHA)
-    assert expected("pypi", version="0.16.0") == "version 0.16.0"
+    assert expected("nightly", SHA, "") == (
+        "a nightly build of commit %s (a version ending in +ga1257fd1ea93)" % SHA)
+    assert expected("pypi", "", "0.16.0") == "version 0.16.0"
