@@ -30,6 +30,7 @@ from ansible_collections.fleet.vllm.plugins.module_utils._snapshot import (
     read_manifest,
     rsync_kind,
     snapshot_dir,
+    verify_digests,
     write_manifest,
 )
 
@@ -53,8 +54,8 @@ def test_names_and_paths():
 
 
 def test_listings_are_checked_and_sorted():
-    assert normalise_files([dict(path="b", size=0, sha256=""), dict(path="a/c", size=3, sha256="ff", extra=1)]) == [
-        dict(path="a/c", size=3, sha256="ff"), dict(path="b", size=0)]
+    assert normalise_files([dict(path="b", size=0, sha256=""), dict(path="a/c", size=3, sha256="f" * 64, extra=1)]) == [
+        dict(path="a/c", size=3, sha256="f" * 64), dict(path="b", size=0)]
 
 
 @pytest.mark.parametrize("entry, message", [
@@ -74,13 +75,13 @@ def test_bad_listings_in_full(entry, message):
 
 
 def test_manifest_written_and_read_back(tmp_path):
-    manifest = make_manifest("nvidia/Kimi-K2.5-NVFP4", SHA, [dict(path="b", size=2), dict(path="a", size=1, sha256="ff")],
+    manifest = make_manifest("nvidia/Kimi-K2.5-NVFP4", SHA, [dict(path="b", size=2), dict(path="a", size=1, sha256="f" * 64)],
                              allow_patterns=["*.json"], ignore_patterns=[])
     created = manifest.pop("created")
     assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$", created)
-    assert manifest == dict(version=1, repo_id="nvidia/Kimi-K2.5-NVFP4", commit=SHA, revision=SHA,
+    assert manifest == dict(digests="hub", version=1, repo_id="nvidia/Kimi-K2.5-NVFP4", commit=SHA, revision=SHA,
                             allow_patterns=["*.json"], ignore_patterns=None,
-                            files=[dict(path="a", size=1, sha256="ff"), dict(path="b", size=2)], total_bytes=3)
+                            files=[dict(path="a", size=1, sha256="f" * 64), dict(path="b", size=2)], total_bytes=3)
     assert make_manifest("r", SHA, [], revision="main")["revision"] == "main"
     write_manifest(str(tmp_path), manifest)
     path = tmp_path / ".fleet-vllm-snapshot.json"
@@ -133,7 +134,11 @@ def test_a_complete_snapshot(tmp_path):
     files = snapshot(tmp_path)
     total = sum(item["size"] for item in files)
     assert check(str(tmp_path), files) == result(present_bytes=total, total_bytes=total)
-    assert check(str(tmp_path), files, deep=True) == result(present_bytes=total, total_bytes=total, hashed_bytes=total)
+    # check() reads sizes and the index only, deep or not; the digests are verify_digests()'s.
+    assert check(str(tmp_path), files, deep=True) == result(present_bytes=total, total_bytes=total)
+    digests = verify_digests(str(tmp_path), files)
+    assert (digests["wrong_digest"], sorted(digests["verified"]), digests["hashed_bytes"]) == (
+        [], sorted(item["path"] for item in files), total)
 
 
 def test_an_incomplete_snapshot_in_full(tmp_path):
@@ -156,21 +161,20 @@ def test_an_incomplete_snapshot_in_full(tmp_path):
         "model-00002-of-00002.safetensors, which is not complete on disk")
 
 
-def test_a_deep_check_finds_a_changed_byte(tmp_path):
+def test_a_changed_byte_is_found_by_the_digests_not_by_the_sizes(tmp_path):
     files = snapshot(tmp_path)
     (tmp_path / "model-00001-of-00002.safetensors").write_bytes(b"x" * 9 + b"z")
     total = sum(item["size"] for item in files)
-    assert check(str(tmp_path), files) == result(present_bytes=total, total_bytes=total)
-    got = check(str(tmp_path), files, deep=True)
-    assert got == result(complete=False, wrong_hash=["model-00001-of-00002.safetensors"], present_bytes=total - 10, missing_bytes=10,
-                         total_bytes=total, hashed_bytes=total,
-                         index_problems=["model.safetensors.index.json names model-00001-of-00002.safetensors, which is "
-                                         "not complete on disk"])
-    assert describe_problems(got).startswith(
-        "1 file(s) whose sha256 differs from the listing (model-00001-of-00002.safetensors); ")
-    # A file listed without a sha256 is not hashed.
+    assert check(str(tmp_path), files, deep=True) == result(present_bytes=total, total_bytes=total)
+    digests = verify_digests(str(tmp_path), files)
+    assert digests["wrong_digest"] == [dict(path="model-00001-of-00002.safetensors",
+                                            expected="sha256:" + hashlib.sha256(b"x" * 10).hexdigest(),
+                                            actual="sha256:" + hashlib.sha256(b"x" * 9 + b"z").hexdigest())]
+    assert describe_problems(result(complete=False, wrong_hash=["model-00001-of-00002.safetensors"])) == (
+        "1 file(s) whose content differs from the listing (model-00001-of-00002.safetensors)")
+    # A file listed without a digest is not hashed.
     files[1].pop("sha256")
-    assert check(str(tmp_path), files, deep=True)["hashed_bytes"] == total - 10
+    assert verify_digests(str(tmp_path), files)["hashed_bytes"] == total - 10
 
 
 @pytest.mark.parametrize("index, problem", [
@@ -200,7 +204,7 @@ def test_problems_are_listed_five_at_most():
                  index_problems=["p%d" % n for n in range(7)])
     assert describe_problems(got) == (
         "7 file(s) missing (f0, f1, f2, f3, f4, ...); 7 file(s) with the wrong size (f0: 1 bytes, expected 2, f1: 1 bytes, "
-        "expected 2, f2: 1 bytes, expected 2, f3: 1 bytes, expected 2, f4: 1 bytes, expected 2); 7 file(s) whose sha256 "
+        "expected 2, f2: 1 bytes, expected 2, f3: 1 bytes, expected 2, f4: 1 bytes, expected 2); 7 file(s) whose content "
         "differs from the listing (f0, f1, f2, f3, f4); p0; p1; p2; p3; p4")
     assert describe_problems(result(complete=False, missing=names[:5])) == "5 file(s) missing (f0, f1, f2, f3, f4)"
     assert describe_problems(result(complete=False, missing=names[:3]), limit=2) == "3 file(s) missing (f0, f1, ...)"
@@ -312,9 +316,10 @@ def test_every_problem_counts_its_bytes(tmp_path):
     files.insert(0, dict(path="a-missing.json", size=3))
     total = sum(item["size"] for item in files)
     got = check(str(tmp_path), files, deep=True)
-    assert (got["missing"], [item["path"] for item in got["wrong_size"]], got["wrong_hash"]) == (
-        ["a-missing.json"], ["config.json"], ["model-00001-of-00002.safetensors"])
-    assert (got["missing_bytes"], got["present_bytes"], got["total_bytes"]) == (3 + 8 + 10, total - 21, total)
+    assert (got["missing"], [item["path"] for item in got["wrong_size"]]) == (["a-missing.json"], ["config.json"])
+    assert (got["missing_bytes"], got["present_bytes"], got["total_bytes"]) == (3 + 8, total - 11, total)
+    assert [item["path"] for item in verify_digests(str(tmp_path), files)["wrong_digest"]] == [
+        "model-00001-of-00002.safetensors"]
 
 
 @pytest.mark.parametrize("damage", ["missing", "short", "changed"])
@@ -326,5 +331,6 @@ def test_any_one_problem_makes_the_snapshot_incomplete(tmp_path, damage):
         (tmp_path / "config.json").write_bytes(b"{}")
     else:
         (tmp_path / "config.json").write_bytes(b'{"a": 2}')
-    assert check(str(tmp_path), files, deep=True)["complete"] is False
-    assert check(str(tmp_path), files, deep=False)["complete"] is (damage == "changed")
+    complete = check(str(tmp_path), files)["complete"] and not verify_digests(str(tmp_path), files)["wrong_digest"]
+    assert complete is False
+    assert check(str(tmp_path), files, deep=True)["complete"] is (damage == "changed")
