@@ -69,7 +69,7 @@ def test_rendered_unit_passes_systemd_analyze_verify(tmp_path):
         "--enable-auto-tool-choice --trust-remote-code --served-model-name nvidia/Kimi-K2.5-NVFP4 "
         '--host 0.0.0.0 --port 8000 --hf-overrides "{\\"note\\":\\"a $$b\\"}"' % python)
     assert "--disable-log-requests" not in text and "api-key" not in text
-    assert "ExecStartPre=+/usr/local/libexec/fleet-vllm/cleanup vllm /dev/shm" in text
+    assert "ExecStartPre=+/usr/bin/python3 /usr/local/libexec/fleet-vllm/cleanup vllm /dev/shm" in text
     for line in ("EnvironmentFile=/etc/fleet-vllm/nccl.env", "EnvironmentFile=/etc/fleet-vllm/vllm-secrets.env",
                  "Restart=on-failure", "StartLimitBurst=3", "TimeoutStartSec=3600", "KillMode=mixed", "User=vllm"):
         assert line in text.splitlines(), line
