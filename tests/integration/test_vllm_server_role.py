@@ -31,6 +31,9 @@ def play(playbook, **extra):
     ({"vllm_server_kv_cache_dtype": "float16"}, ["vllm_server_kv_cache_dtype is float16", "#54338"]),
     ({"vllm_server_model_path": ""}, ["vllm_server_model_path"]),
     ({"vllm_server_extra_args": {"api_key": "s3cret"}}, ["vllm_server_extra_args", "--api-key"]),
+    # An existing account that is not a system account (nobody: uid 65534, above SYS_UID_MAX) is not taken over.
+    ({"vllm_server_user": "nobody"}, ["vllm_server_user is 'nobody'", "uid 65534", "not a system account",
+                                      "vllm_server_adopt_existing_user"]),
 ])
 def test_bad_input_fails_before_anything_changes(variables, words):
     user = "fleet-vllm-test-never"
