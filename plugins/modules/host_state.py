@@ -112,10 +112,12 @@ device_groups:
 accounts:
   description:
     - For each name of O(accounts), V(null) when there is no such account, else its C(uid), C(group) (the
-      primary group's name), C(groups) (supplementary groups, sorted), C(home) and C(shell).
+      primary group's name), C(groups) (supplementary groups, sorted), C(home), C(shell) and C(system), true
+      for a system account - a uid at most C(SYS_UID_MAX) of C(/etc/login.defs) (when that is not set,
+      C(UID_MIN) - 1, and 999 without either, as useradd(8) of shadow counts them).
   returned: always
   type: dict
-  sample: {"vllm": {"uid": 998, "group": "vllm", "groups": ["video"], "home": "/var/lib/vllm", "shell": "/usr/sbin/nologin"}}
+  sample: {"vllm": {"uid": 998, "group": "vllm", "groups": ["video"], "home": "/var/lib/vllm", "shell": "/usr/sbin/nologin", "system": true}}
 groups:
   description: For each name of O(groups), V(null) when there is no such group, else its C(gid).
   returned: always
@@ -175,7 +177,30 @@ def device_groups(patterns):
     return sorted(found)
 
 
-def account(name):
+LOGIN_DEFS = "/etc/login.defs"
+
+
+def sys_uid_max(text):
+    """The highest uid of a system account, from the text of login.defs."""
+    values = {}
+    for line in (text or "").splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0] in ("SYS_UID_MAX", "UID_MIN") and words[1].isdigit():
+            values[words[0]] = int(words[1])
+    if "SYS_UID_MAX" in values:
+        return values["SYS_UID_MAX"]
+    return values.get("UID_MIN", 1000) - 1
+
+
+def read_login_defs():
+    try:
+        with open(LOGIN_DEFS) as handle:
+            return handle.read()
+    except (IOError, OSError):
+        return ""
+
+
+def account(name, system_max):
     try:
         entry = pwd.getpwnam(name)
     except KeyError:
@@ -185,7 +210,8 @@ def account(name):
     except KeyError:
         primary = str(entry.pw_gid)
     groups = sorted(g.gr_name for g in grp.getgrall() if name in g.gr_mem)
-    return dict(uid=entry.pw_uid, group=primary, groups=groups, home=entry.pw_dir, shell=entry.pw_shell)
+    return dict(uid=entry.pw_uid, group=primary, groups=groups, home=entry.pw_dir, shell=entry.pw_shell,
+                system=entry.pw_uid <= system_max)
 
 
 def group(name):
@@ -266,7 +292,7 @@ def main():
         paths={path: path_state(path) for path in p["paths"]},
         checksums={path: checksum(module, path) for path in p["checksums"]},
         device_groups=device_groups(p["device_globs"]),
-        accounts={name: account(name) for name in p["accounts"]},
+        accounts={name: account(name, sys_uid_max(read_login_defs())) for name in p["accounts"]},
         groups={name: group(name) for name in p["groups"]},
         interfaces=interfaces(module) if p["interfaces"] else {},
         units=units(module, p["units"]),

@@ -15,6 +15,7 @@ import pytest
 from conftest import FIXTURES, ROOT, prerequisite, run_playbook
 
 pytestmark = [pytest.mark.integration]
+SCRIPT_CLEANUP = ROOT / "roles" / "vllm_server" / "files" / "cleanup"
 
 
 def play(playbook, **extra):
@@ -31,6 +32,14 @@ def play(playbook, **extra):
     ({"vllm_server_kv_cache_dtype": "float16"}, ["vllm_server_kv_cache_dtype is float16", "#54338"]),
     ({"vllm_server_model_path": ""}, ["vllm_server_model_path"]),
     ({"vllm_server_extra_args": {"api_key": "s3cret"}}, ["vllm_server_extra_args", "--api-key"]),
+    # An existing account that is not a system account (nobody: uid 65534, above SYS_UID_MAX) is not taken over.
+    ({"vllm_server_user": "nobody"}, ["vllm_server_user is 'nobody'", "uid 65534", "not a system account",
+                                      "vllm_server_adopt_existing_user"]),
+    # The sandbox's variables cannot smuggle other unit settings in.
+    ({"vllm_server_hardening_overrides": {"ExecStartPost": "/bin/sh"}}, ["vllm_server_hardening_overrides names ExecStartPost"]),
+    ({"vllm_server_hardening_overrides": {"ProtectSystem": "full\nUser=root"}}, ["vllm_server_hardening_overrides", "line break"]),
+    ({"vllm_server_device_allow": ["/dev/nvidia0 rw\nUser=root"]}, ["vllm_server_device_allow"]),
+    ({"vllm_server_read_write_paths": ["var/lib/x"]}, ["vllm_server_read_write_paths", "absolute"]),
 ])
 def test_bad_input_fails_before_anything_changes(variables, words):
     user = "fleet-vllm-test-never"
@@ -69,7 +78,13 @@ def test_rendered_unit_passes_systemd_analyze_verify(tmp_path):
         "--enable-auto-tool-choice --trust-remote-code --served-model-name nvidia/Kimi-K2.5-NVFP4 "
         '--host 0.0.0.0 --port 8000 --hf-overrides "{\\"note\\":\\"a $$b\\"}"' % python)
     assert "--disable-log-requests" not in text and "api-key" not in text
-    assert "ExecStartPre=+/usr/local/libexec/fleet-vllm/cleanup vllm /dev/shm" in text
+    assert "ExecStartPre=+/usr/bin/python3 /usr/local/libexec/fleet-vllm/cleanup vllm /dev/shm" in text
+    # The sandbox (README "Sandbox"): writable only the home, a private /tmp and /dev/shm; the GPUs' devices only.
+    for line in ("NoNewPrivileges=yes", "CapabilityBoundingSet=", "ProtectSystem=strict", "ReadWritePaths=/var/lib/vllm",
+                 "ProtectHome=yes", "PrivateTmp=yes", "DevicePolicy=closed", "DeviceAllow=char-nvidia* rw",
+                 "SystemCallFilter=@system-service", "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
+                 "Wants=modprobe@nvidia.service modprobe@nvidia_uvm.service"):
+        assert line in text.splitlines(), line
     for line in ("EnvironmentFile=/etc/fleet-vllm/nccl.env", "EnvironmentFile=/etc/fleet-vllm/vllm-secrets.env",
                  "Restart=on-failure", "StartLimitBurst=3", "TimeoutStartSec=3600", "KillMode=mixed", "User=vllm"):
         assert line in text.splitlines(), line
@@ -79,6 +94,38 @@ def test_rendered_unit_passes_systemd_analyze_verify(tmp_path):
     checked.write_text(text.replace("/usr/local/libexec/fleet-vllm/cleanup",
                                     str(ROOT / "roles" / "vllm_server" / "files" / "cleanup")).replace("User=vllm", "User=root")
                        .replace("Group=vllm", "Group=root"))
+    proc = subprocess.run(["systemd-analyze", "verify", "%s:vllm.service" % checked], capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 0 and proc.stderr.strip() == "", proc.stderr
+
+
+@prerequisite(shutil.which("systemd-analyze"), reason="systemd-analyze is not installed (Debian: systemd)")
+def test_sandbox_settings_render_and_verify(tmp_path):
+    """The sandbox's variables: more device groups and writable paths, a directive replaced, one left out."""
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.symlink_to(sys.executable)
+    unit = tmp_path / "render" / "vllm.service"
+    unit.parent.mkdir()
+    rc, stats, tasks = play("vllm_server_unit.yml", unit_dest=str(unit), vllm_server_python=str(python),
+                            vllm_server_model_path="/srv/models/kimi",
+                            vllm_server_device_allow=["char-nvidia* rw", "/dev/infiniband/uverbs0 rw"],
+                            vllm_server_read_write_paths=["/srv/cache", "-/var/cache/vllm"],
+                            vllm_server_hardening_overrides={"SystemCallFilter": None, "ProtectProc": "noaccess",
+                                                             "RestrictAddressFamilies": ["AF_UNIX", "AF_INET"]})
+    assert rc == 0, tasks
+    lines = unit.read_text().splitlines()
+    assert [line for line in lines if line.startswith(("DeviceAllow=", "ReadWritePaths=", "RestrictAddressFamilies="))] == [
+        "ReadWritePaths=/var/lib/vllm", "ReadWritePaths=/srv/cache", "ReadWritePaths=-/var/cache/vllm",
+        "DeviceAllow=char-nvidia* rw", "DeviceAllow=/dev/infiniband/uverbs0 rw",
+        "RestrictAddressFamilies=AF_UNIX", "RestrictAddressFamilies=AF_INET"]
+    assert "ProtectProc=noaccess" in lines and "ProtectProc=invisible" not in lines
+    assert not [line for line in lines if line.startswith("SystemCallFilter=")]
+    assert "SystemCallErrorNumber=EPERM" in lines
+    checked = tmp_path / "check" / "vllm.service"
+    checked.parent.mkdir()
+    checked.write_text("\n".join(lines).replace("/usr/local/libexec/fleet-vllm/cleanup", str(SCRIPT_CLEANUP))
+                       .replace("User=vllm", "User=root").replace("Group=vllm", "Group=root") + "\n")
     proc = subprocess.run(["systemd-analyze", "verify", "%s:vllm.service" % checked], capture_output=True, text=True,
                           check=False)
     assert proc.returncode == 0 and proc.stderr.strip() == "", proc.stderr

@@ -2,7 +2,9 @@
 handshake gate from the role (roles/vllm_weights/templates/rsyncd.conf.j2, files/rsync-handshake-gate),
 socket-activated per connection as fleet-vllm-rsyncd@.service runs it - here by systemd's own
 systemd-socket-activate (--accept --inetd), as this machine's PID 1 is not systemd (the Molecule
-scenario onboard checks the real units) - and real rsync clients started by fleet.vllm.hf_snapshot.
+scenarios check the real units), with the gate and rsync started as an unprivileged user (nobody,
+through setpriv) as the unit's DynamicUser= starts them - and real rsync clients started by
+fleet.vllm.hf_snapshot.
 
 - 24 copiers at once against one seed whose daemon takes 4 copies at a time: the others are told
   "max connections (4) reached", wait and try again, and all 24 end with the complete snapshot;
@@ -41,9 +43,11 @@ COPIERS = 24
 SLOTS = 4
 HANDSHAKE_TIMEOUT = 2
 
-if os.geteuid() != 0 or not shutil.which("systemd-socket-activate") or not shutil.which("rsync"):
-    pytest.skip("needs root (the daemon switches to nobody as the role's does), rsync and systemd-socket-activate",
-                allow_module_level=True)
+NOBODY = 65534
+
+if os.geteuid() != 0 or not shutil.which("systemd-socket-activate") or not shutil.which("rsync") or not shutil.which("setpriv"):
+    pytest.skip("needs root (the daemon runs as nobody, as the role's runs as a transient user), rsync, setpriv and "
+                "systemd-socket-activate", allow_module_level=True)
 
 
 def free_port():
@@ -57,7 +61,7 @@ def render_rsyncd_conf(base, networks):
     env.filters["dirname"] = os.path.dirname
     return env.get_template("rsyncd.conf.j2").render(
         ansible_managed="rendered by " + __name__, vllm_weights_peer_max_connections=SLOTS,
-        __vllm_weights_rsyncd_lock=str(base / "rsyncd.lock"), __vllm_weights_rsync_module=MODULE,
+        __vllm_weights_rsyncd_lock=str(base / "run" / "rsyncd.lock"), __vllm_weights_rsync_module=MODULE,
         vllm_weights_pristine_dir=str(base / "seed" / "pristine" / REPO_DIR), __vllm_weights_peer_networks=networks)
 
 
@@ -66,6 +70,9 @@ def base():
     # Every account can enter it: the daemon reads the snapshot as nobody, as on a host.
     path = Path(tempfile.mkdtemp(prefix="fleet-vllm-peer-daemon-"))
     os.chmod(path, 0o755)
+    # What the unit's RuntimeDirectory= is: the only place the daemon's user may write (lock, log).
+    (path / "run").mkdir()
+    os.chown(path / "run", NOBODY, NOBODY)
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
@@ -105,8 +112,9 @@ def daemon(base, seed):
         conf.write_text(render_rsyncd_conf(base, networks))
         port = free_port()
         argv = [shutil.which("systemd-socket-activate"), "--listen=127.0.0.1:%d" % port, "--accept", "--inetd",
+                shutil.which("setpriv"), "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY, "--clear-groups", "--no-new-privs",
                 "/usr/bin/python3", str(GATE), str(HANDSHAKE_TIMEOUT), shutil.which("rsync"), "--daemon", "--config=%s" % conf,
-                "--dparam=logfile=%s" % (base / "rsyncd.log")]
+                "--dparam=logfile=%s" % (base / "run" / "rsyncd.log")]
         if slow:
             argv.append("--dparam=pre-xfer exec=/bin/sleep 1")
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(base / "activate.log", "ab"))
@@ -158,7 +166,7 @@ def test_24_copiers_against_one_seed_with_4_slots_all_complete(base, seed, daemo
     # The limit was hit, and every copier it turned away waited and tried again instead of failing.
     refused = [r for r in results if any("max connections (%d) reached" % SLOTS in line for line in r["peer_problems"])]
     assert len(refused) >= COPIERS - SLOTS * 2, [r["peer_problems"] for r in results]
-    assert "max connections (%d) reached" % SLOTS in (base / "rsyncd.log").read_text()
+    assert "max connections (%d) reached" % SLOTS in (base / "run" / "rsyncd.log").read_text()
 
 
 def _closed_after(sock, limit):

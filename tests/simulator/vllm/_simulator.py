@@ -21,7 +21,8 @@ vllm.entrypoints.openai.api_server`` and ``vllm serve``:
   found ...`` (text as in tests/fixtures/journal/attention-backend-fp8-sm120.txt) and exits 1;
 * otherwise the port refuses connections for FLEET_VLLM_SIM_LOAD_SECONDS (default 2: the
   "load"), then ``/health``, ``/v1/models``, ``/version``, ``/metrics`` and
-  ``/v1/chat/completions`` answer in vLLM's shapes; ``--api-key`` / ``VLLM_API_KEY`` guard
+  ``/v1/chat/completions`` answer in vLLM's shapes, while a shared-memory segment
+  /dev/shm/psm_* is held as vLLM's broadcast queue holds one (removed at a clean exit); ``--api-key`` / ``VLLM_API_KEY`` guard
   ``/v1/*`` (401 ``{"error": "Unauthorized"}``); SIGTERM (and SIGINT) end it with exit 0.
 
 Where it differs from vLLM: no model is loaded and nothing is computed. Completions are a
@@ -474,6 +475,40 @@ def _on_signal(signum, frame):
     raise Terminate()
 
 
+SHM_DIR_ENV = "FLEET_VLLM_SIM_SHM_DIR"
+
+
+def open_shm_segment():
+    """The engine's shared-memory queue, as vLLM's (vllm/distributed/device_communicators/shm_broadcast.py,
+    ShmRingBuffer: ``multiprocessing.shared_memory.SharedMemory(create=True, ...)``, which Python names
+    /dev/shm/psm_<8 hex digits>): created 0600 and mapped while the engine runs, removed at a clean exit,
+    left behind by a hard kill. 4 KiB here, not vLLM's megabytes. Returns (path, map), or None when the
+    directory (FLEET_VLLM_SIM_SHM_DIR, default /dev/shm) cannot hold it - vLLM would stop there."""
+    import mmap
+    import secrets
+    path = os.path.join(os.environ.get(SHM_DIR_ENV) or "/dev/shm", "psm_" + secrets.token_hex(4))
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    except OSError as exc:
+        sys.stderr.write("(EngineCore_DP0 pid=%d) OSError: [Errno %s] %s: '%s'\n" % (PID + 1, exc.errno, exc.strerror, path))
+        return None
+    try:
+        os.ftruncate(fd, 4096)
+        segment = mmap.mmap(fd, 4096)
+    finally:
+        os.close(fd)
+    return path, segment
+
+
+def close_shm_segment(opened):
+    path, segment = opened
+    segment.close()
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def serve(args, state):
     host = args.host if getattr(args, "host", None) else "0.0.0.0"
     port = int(args.port) if getattr(args, "port", None) is not None else 8000
@@ -608,4 +643,10 @@ def run(args):
     if os.environ.get("VLLM_API_KEY") and not api_keys:
         api_keys = [os.environ["VLLM_API_KEY"]]
     state = State(model, served, api_keys, max_model_len, kv_cache_dtype)
-    return serve(args, state)
+    segment = open_shm_segment()
+    if segment is None:
+        return 1
+    try:
+        return serve(args, state)
+    finally:
+        close_shm_segment(segment)

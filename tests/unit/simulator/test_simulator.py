@@ -372,3 +372,22 @@ def test_simulated_kv_cache_dtypes_are_the_real_builds(version, simulated, vllm_
     sim = subprocess.run([str(venv / "bin" / "python"), "-c", code],
                          capture_output=True, text=True, env=sim_env(), timeout=30, check=True)
     assert sim.stdout.strip() == proc.stdout.strip().splitlines()[-1]
+
+
+def test_engine_holds_a_shared_memory_segment_while_it_serves(new_venv, tmp_path):
+    """As vLLM's broadcast queue: /dev/shm/psm_<8 hex> (here a directory of the test), 0600, mapped while
+    serving, removed at a clean stop."""
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    server = Server(new_venv, FIXTURES / "models" / "bf16-kv", FLEET_VLLM_SIM_SHM_DIR=str(shm))
+    try:
+        server.wait_ready()
+        segments = list(shm.iterdir())
+        assert len(segments) == 1 and re.fullmatch(r"psm_[0-9a-f]{8}", segments[0].name), segments
+        assert oct(segments[0].stat().st_mode & 0o777) == "0o600"
+        maps = Path("/proc/%d/maps" % server.proc.pid).read_text()
+        assert str(segments[0]) in maps
+    finally:
+        rc, out, err = server.stop()
+    assert rc == 0, err
+    assert list(shm.iterdir()) == []

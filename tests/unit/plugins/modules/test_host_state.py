@@ -14,6 +14,7 @@ import textwrap
 import pytest
 
 from ansible_collections.fleet.vllm.plugins.filter.weights_plan import weights_networks
+from ansible_collections.fleet.vllm.plugins.modules import host_state
 
 # `ip -json address show` on a test host (iproute2 6.1, Debian 12), with a secondary IPv4 address
 # and a global IPv6 address added.
@@ -84,10 +85,28 @@ def test_accounts_and_groups_as_the_system_databases_have_them(run_module):
     assert not run.failed, run
     assert run.result["accounts"] == {
         "root": {"uid": 0, "group": grp.getgrgid(root.pw_gid).gr_name, "groups": member_of, "home": root.pw_dir,
-                 "shell": root.pw_shell},
+                 "shell": root.pw_shell, "system": True},
         "no-such-account-fleet": None,
     }
     assert run.result["groups"] == {"root": {"gid": 0}, "no-such-group-fleet": None}
+
+
+def test_nobody_is_not_a_system_account(run_module):
+    """nobody (65534) is above SYS_UID_MAX: the server role refuses to take such an account over."""
+    run = run_module("host_state", {"accounts": ["nobody"]})
+    assert not run.failed, run
+    assert run.result["accounts"]["nobody"]["uid"] == 65534 and run.result["accounts"]["nobody"]["system"] is False
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("SYS_UID_MAX 499\nUID_MIN 500\n", 499),
+    ("#SYS_UID_MAX 999\nUID_MIN\t\t 1000\n", 999),  # Debian 12: SYS_UID_MAX commented out
+    ("UID_MIN 2000\n", 1999),
+    ("", 999),
+    ("SYS_UID_MAX  59999\n", 59999),
+])
+def test_the_highest_system_uid_as_useradd_counts_it(text, expected):
+    assert host_state.sys_uid_max(text) == expected
 
 
 def test_interfaces_in_the_shape_weights_networks_reads(run_module, tmp_path):
