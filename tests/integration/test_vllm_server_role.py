@@ -31,6 +31,16 @@ def play(playbook, **extra):
     ({"vllm_server_kv_cache_dtype": "float16"}, ["vllm_server_kv_cache_dtype is float16", "#54338"]),
     ({"vllm_server_model_path": ""}, ["vllm_server_model_path"]),
     ({"vllm_server_extra_args": {"api_key": "s3cret"}}, ["vllm_server_extra_args", "--api-key"]),
+    ({"vllm_server_extra_args": ["--api-k", "s3cret"]}, ["vllm_server_extra_args", "--api-key", "vllm_server_api_key"]),
+    # Issue 14 point 5: values that reach the unit may not add lines to it.
+    ({"vllm_server_served_model_name": "kimi\nExecStartPost=+/bin/touch /tmp/pwned"},
+     ["vllm_server_served_model_name", "control character"]),
+    ({"vllm_server_nccl_env_file": "/etc/fleet-vllm/nccl.env\nExecStartPost=+/bin/true"},
+     ["vllm_server_nccl_env_file", "control character"]),
+    ({"vllm_server_restart_sec": "30\nExecStartPost=+/bin/true"}, ["vllm_server_restart_sec"]),
+    ({"vllm_server_group": "vllm\nExecStartPost=+/bin/true"}, ["vllm_server_group is"]),
+    ({"vllm_server_user": "vllm\n"}, ["vllm_server_user is"]),
+    ({"vllm_server_port": "8000\n"}, ["vllm_server_port is"]),
 ])
 def test_bad_input_fails_before_anything_changes(variables, words):
     user = "fleet-vllm-test-never"
@@ -42,6 +52,7 @@ def test_bad_input_fails_before_anything_changes(variables, words):
     msg = [r for dummy, r in tasks if r.get("failed")][0]["msg"]
     assert all(word in msg for word in words), msg
     assert "s3cret" not in json.dumps(tasks)
+    assert not Path("/tmp/pwned").exists()
     ran = [name for name, dummy in tasks]
     assert not any(name.startswith(("Create", "Write", "Install")) for name in ran), ran
     with pytest.raises(KeyError):
@@ -82,3 +93,47 @@ def test_rendered_unit_passes_systemd_analyze_verify(tmp_path):
     proc = subprocess.run(["systemd-analyze", "verify", "%s:vllm.service" % checked], capture_output=True, text=True,
                           check=False)
     assert proc.returncode == 0 and proc.stderr.strip() == "", proc.stderr
+
+
+@prerequisite(shutil.which("systemd-analyze"), reason="systemd-analyze is not installed (Debian: systemd)")
+def test_odd_values_reach_the_unit_literally(tmp_path):
+    """Issue 14 point 5: %, $, quotes, backslash and unicode in the served model name and an environment file path.
+    systemd expands specifiers in Description= and EnvironmentFile=: "%q" left alone is an unknown specifier,
+    which systemd-analyze verify reports; escaped it is "%%q"."""
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.symlink_to(sys.executable)
+    nccl = tmp_path / "etc 100%q" / "nccl.env"
+    nccl.parent.mkdir()
+    nccl.write_text("NCCL_PROTO=LL\n")
+    name = 'Kimi "K2.5" 100%q $HOME \\back ünïcode'
+    unit = tmp_path / "render" / "vllm.service"
+    unit.parent.mkdir()
+    rc, stats, tasks = play("vllm_server_unit.yml", unit_dest=str(unit), vllm_server_python=str(python),
+                            vllm_server_served_model_name=name, vllm_server_nccl_env_file=str(nccl))
+    assert rc == 0, tasks
+    lines = unit.read_text().splitlines()
+    assert "Description=vLLM OpenAI-compatible server (%s)" % name.replace("%", "%%") in lines
+    assert "EnvironmentFile=%s" % str(nccl).replace("%", "%%") in lines
+    exec_start = [line for line in lines if line.startswith("ExecStart=")][0]
+    assert '--served-model-name "Kimi \\"K2.5\\" 100%%q $$HOME \\\\back ünïcode"' in exec_start, exec_start
+    checked = tmp_path / "check" / "vllm.service"
+    checked.parent.mkdir()
+    checked.write_text("\n".join(lines).replace("/usr/local/libexec/fleet-vllm/cleanup",
+                                                 str(ROOT / "roles" / "vllm_server" / "files" / "cleanup"))
+                       .replace("User=vllm", "User=root").replace("Group=vllm", "Group=root")
+                       .replace("EnvironmentFile=/etc/fleet-vllm/vllm-secrets.env", "EnvironmentFile=%s" % str(nccl).replace("%", "%%"))
+                       + "\n")
+    proc = subprocess.run(["systemd-analyze", "verify", "%s:vllm.service" % checked], capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 0 and proc.stderr.strip() == "", proc.stderr
+
+
+def test_a_newline_never_reaches_the_unit(tmp_path):
+    """The template refuses by itself, naming the variable, even where the role's checks did not run."""
+    unit = tmp_path / "vllm.service"
+    rc, stats, tasks = play("vllm_server_unit.yml", unit_dest=str(unit), vllm_server_python="/opt/vllm/bin/python",
+                            vllm_server_served_model_name="kimi\nExecStartPost=+/bin/true")
+    assert rc != 0 and not unit.exists()
+    msg = [r for dummy, r in tasks if r.get("failed")][0]["msg"]
+    assert "vllm_server_served_model_name" in msg and "newline" in msg, msg
