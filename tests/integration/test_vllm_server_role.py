@@ -4,6 +4,7 @@ renders passes systemd-analyze verify and its ExecStart carries the seed's flags
 from __future__ import annotations
 
 import json
+import os
 import pwd
 import shutil
 import subprocess
@@ -137,3 +138,63 @@ def test_a_newline_never_reaches_the_unit(tmp_path):
     assert rc != 0 and not unit.exists()
     msg = [r for dummy, r in tasks if r.get("failed")][0]["msg"]
     assert "vllm_server_served_model_name" in msg and "newline" in msg, msg
+
+
+def _switch_playbook(tmp_path):
+    """The rolling phase's task that puts the staged files in place, exactly as roles/vllm_server/tasks/roll.yml has
+    it, in a playbook of its own with the role's variables pointing into tmp_path (the rest of roll.yml needs
+    systemd as PID 1)."""
+    import yaml
+    tasks = yaml.safe_load((ROOT / "roles" / "vllm_server" / "tasks" / "roll.yml").read_text())
+    task = [t for t in tasks if t["name"] == "Copy the staged unit and environment files over the live ones"][0]
+    staged, live = tmp_path / "staged", tmp_path / "etc"
+    staged.mkdir(mode=0o700)
+    live.mkdir(mode=0o755)
+    os.chmod(live, 0o755)
+    files = [{"name": name, "path": str(staged / base), "live": str(live / base)}
+             for name, base in (("unit", "vllm.service"), ("nccl", "nccl.env"), ("secrets", "vllm-secrets.env"))]
+    playbook = tmp_path / "switch.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "name": "Switch", "hosts": "localhost", "connection": "local", "gather_facts": False,
+        "vars": {"_vllm_server_read_files": files, "_vllm_server_live_modes": {"unit": "0644", "nccl": "0644", "secrets": "0600"},
+                 "vllm_server_rollout": {"action": "restart"}},
+        "tasks": [task]}]))
+    return playbook, staged, live
+
+
+def _secrets_written(playbook, trace, env):
+    """Runs the playbook under strace; the modes the live secrets file was given by path (chmod, fchmodat)."""
+    proc = subprocess.run(["strace", "-f", "-qq", "-e", "trace=chmod,fchmodat", "-o", str(trace),
+                           str(Path(sys.executable).parent / "ansible-playbook"), str(playbook)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+@prerequisite(shutil.which("strace"), reason="strace is not installed (Debian: strace)")
+def test_the_live_secrets_file_is_never_readable_by_others(tmp_path):
+    """Issue 14 point 8: ansible.builtin.copy with remote_src renamed a new live secrets file into place, chmod'ed it
+    0644 (atomic_move, for a file it creates) and only then 0600. Seen with strace on every chmod of the live path,
+    at its first creation and at a replacement: never wider than 0600, and it ends 0600 with the staged content."""
+    import re
+    import stat
+    playbook, staged, live = _switch_playbook(tmp_path)
+    env = dict(os.environ, ANSIBLE_INJECT_FACT_VARS="false", ANSIBLE_LOCALHOST_WARNING="false",
+               ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
+    os.umask(0o022)
+    secrets = live / "vllm-secrets.env"
+    for round_, key in enumerate(("s3cret-one", "s3cret-two")):
+        (staged / "vllm.service").write_text("[Service]\nExecStart=/bin/true\n")
+        (staged / "nccl.env").write_text('NCCL_PROTO="LL"\n')
+        staged_secrets = staged / "vllm-secrets.env"
+        staged_secrets.touch(mode=0o600)
+        os.chmod(staged_secrets, 0o600)
+        staged_secrets.write_text('VLLM_API_KEY="%s"\n' % key)
+        trace = tmp_path / ("strace-%d.txt" % round_)
+        proc = _secrets_written(playbook, trace, env)
+        assert key not in proc.stdout
+        modes = [int(m, 8) for m in re.findall(r'chmod(?:at)?\((?:AT_FDCWD, )?"%s", (0[0-7]+)\)' % re.escape(str(secrets)),
+                                                    trace.read_text())]
+        assert all(m & 0o077 == 0 for m in modes), "the live secrets file was given mode(s) %s" % [oct(m) for m in modes]
+        assert stat.S_IMODE(secrets.stat().st_mode) == 0o600 and secrets.read_text() == 'VLLM_API_KEY="%s"\n' % key
+        assert stat.S_IMODE((live / "vllm.service").stat().st_mode) == 0o644
