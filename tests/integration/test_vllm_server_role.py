@@ -198,3 +198,18 @@ def test_the_live_secrets_file_is_never_readable_by_others(tmp_path):
         assert all(m & 0o077 == 0 for m in modes), "the live secrets file was given mode(s) %s" % [oct(m) for m in modes]
         assert stat.S_IMODE(secrets.stat().st_mode) == 0o600 and secrets.read_text() == 'VLLM_API_KEY="%s"\n' % key
         assert stat.S_IMODE((live / "vllm.service").stat().st_mode) == 0o644
+
+
+def test_the_server_gets_a_token_only_when_asked(tmp_path):
+    """Issue 14 point 10: the server reads only local files; the shared token (fleet_vllm_hf_token, which the
+    downloader uses) does not reach its environment. vllm_server_hf_token is the explicit request."""
+    python = tmp_path / "python"
+    python.symlink_to(sys.executable)
+    for extra, expected in (({"fleet_vllm_hf_token": "hf_shared_token"}, ['VLLM_API_KEY="k"']),
+                            ({"fleet_vllm_hf_token": "hf_shared_token", "vllm_server_hf_token": "hf_asked"},
+                             ['HF_TOKEN="hf_asked"', 'VLLM_API_KEY="k"'])):
+        secrets = tmp_path / "secrets.env"
+        rc, stats, tasks = play("vllm_server_unit.yml", unit_dest=str(tmp_path / "vllm.service"), secrets_dest=str(secrets),
+                                vllm_server_python=str(python), vllm_server_api_key="k", **extra)
+        assert rc == 0, tasks
+        assert secrets.read_text().splitlines() == expected
