@@ -18,10 +18,10 @@ description:
     another value - a control character (newline, carriage return, NUL, tab, ... U+0000 to
     U+001F and U+007F); a trailing backslash (both read it as a line continuation); leading or
     trailing whitespace (both strip it, so another value would be read).
-  - For O(syntax=systemd), C(%) becomes C(%%): systemd expands specifiers (C(%h), C(%n)) in
-    Description=, User=, WorkingDirectory=, EnvironmentFile= and most other settings, and reads
-    C(%%) as a literal C(%).
-  - For O(syntax=rsyncd), a C(%) followed by a capital letter and, later, another C(%) is refused:
+  - For O(syntax=systemd), C(%) becomes C(%%) - systemd expands specifiers (C(%h), C(%n)) in
+    C(Description=), C(User=), C(WorkingDirectory=), C(EnvironmentFile=) and most other settings,
+    and reads C(%%) as a literal C(%).
+  - For O(syntax=rsyncd), a C(%) followed by a capital letter and, later, another C(%) is refused -
     rsyncd replaces C(%VAR%) with the variable from its environment and has no escape for it (its
     C(expand_vars) copies every other C(%), C(%%) included, as it is; rsync 3.5.0 loadparm.c).
   - Everything else (quotes, C($), backslashes inside the value, unicode) is taken literally by the

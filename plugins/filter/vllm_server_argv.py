@@ -21,11 +21,11 @@ description:
     taken as they are. Extra arguments may not repeat a flag of O(_input), nor carry a secret
     (C(--api-key), C(--hf-token)), nor use C(--disable-log-requests) (deprecated, rejected by
     some builds, and redundant - request logging is off by default).
-  - A secret flag is refused however vLLM would still read it (its FlexibleArgumentParser over
+  - "A secret flag is refused however vLLM would still read it (its FlexibleArgumentParser over
     argparse): any prefix of it (argparse takes an unambiguous abbreviation, C(--api-k)), with
     C(_) for C(-) (C(--api_key)), with C(=value) (C(--api-ke=...)), or with a dotted JSON key
-    (C(--api-key.x)). Refusing every prefix is a superset of what one vLLM build accepts: the
-    prefixes it does not take as the secret flag are ambiguous or unknown there, errors either way.
+    (C(--api-key.x)). Refusing every prefix is a superset of what one vLLM build accepts; the
+    prefixes it does not take as the secret flag are ambiguous or unknown there, errors either way."
   - Companion filter P(fleet.vllm.systemd_exec_args#filter) quotes the list for a systemd
     C(ExecStart=) line.
 options:

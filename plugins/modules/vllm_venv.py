@@ -22,9 +22,9 @@ description:
   - The marker, holding the pin, the version found, the installer and the command, is written only
     after that check passed, so a venv without a marker is never taken as installed.
   - The module does not switch any C(current) link; see M(fleet.vllm.venv_link).
-  - Credentials in a URL (O(index_url), O(nightly_index), an index in O(extra_args):
+  - Credentials in a URL (O(index_url), O(nightly_index), an index in O(extra_args), such as
     C(https://user:password@mirror/simple), C(https://TOKEN@host), C(?token=...)) never reach the
-    installer's command line, which every local user can read in C(ps): the installer gets such a
+    installer's command line, which every local user can read in C(ps). The installer gets such a
     location from its environment instead (C(PIP_INDEX_URL), C(PIP_EXTRA_INDEX_URL),
     C(PIP_FIND_LINKS); C(UV_INDEX_URL), C(UV_EXTRA_INDEX_URL), C(UV_INDEX), C(UV_DEFAULT_INDEX),
     C(UV_FIND_LINKS)). They are masked (C(user:****@)) in RV(cmd), in every message and output,
