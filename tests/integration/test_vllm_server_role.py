@@ -120,11 +120,11 @@ def test_odd_values_reach_the_unit_literally(tmp_path):
     assert '--served-model-name "Kimi \\"K2.5\\" 100%%q $$HOME \\\\back ünïcode"' in exec_start, exec_start
     checked = tmp_path / "check" / "vllm.service"
     checked.parent.mkdir()
-    checked.write_text("\n".join(lines).replace("/usr/local/libexec/fleet-vllm/cleanup",
-                                                 str(ROOT / "roles" / "vllm_server" / "files" / "cleanup"))
-                       .replace("User=vllm", "User=root").replace("Group=vllm", "Group=root")
-                       .replace("EnvironmentFile=/etc/fleet-vllm/vllm-secrets.env", "EnvironmentFile=%s" % str(nccl).replace("%", "%%"))
-                       + "\n")
+    text = "\n".join(lines) + "\n"
+    text = text.replace("/usr/local/libexec/fleet-vllm/cleanup", str(ROOT / "roles" / "vllm_server" / "files" / "cleanup"))
+    text = text.replace("User=vllm", "User=root").replace("Group=vllm", "Group=root")
+    text = text.replace("EnvironmentFile=/etc/fleet-vllm/vllm-secrets.env", "EnvironmentFile=%s" % str(nccl).replace("%", "%%"))
+    checked.write_text(text)
     proc = subprocess.run(["systemd-analyze", "verify", "%s:vllm.service" % checked], capture_output=True, text=True,
                           check=False)
     assert proc.returncode == 0 and proc.stderr.strip() == "", proc.stderr
@@ -193,8 +193,8 @@ def test_the_live_secrets_file_is_never_readable_by_others(tmp_path):
         trace = tmp_path / ("strace-%d.txt" % round_)
         proc = _secrets_written(playbook, trace, env)
         assert key not in proc.stdout
-        modes = [int(m, 8) for m in re.findall(r'chmod(?:at)?\((?:AT_FDCWD, )?"%s", (0[0-7]+)\)' % re.escape(str(secrets)),
-                                                    trace.read_text())]
+        pattern = r'chmod(?:at)?\((?:AT_FDCWD, )?"%s", (0[0-7]+)\)' % re.escape(str(secrets))
+        modes = [int(m, 8) for m in re.findall(pattern, trace.read_text())]
         assert all(m & 0o077 == 0 for m in modes), "the live secrets file was given mode(s) %s" % [oct(m) for m in modes]
         assert stat.S_IMODE(secrets.stat().st_mode) == 0o600 and secrets.read_text() == 'VLLM_API_KEY="%s"\n' % key
         assert stat.S_IMODE((live / "vllm.service").stat().st_mode) == 0o644

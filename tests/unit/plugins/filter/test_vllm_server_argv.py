@@ -228,7 +228,7 @@ def _secret_spellings():
     spellings = []
     for flag in SECRET_FLAGS:
         for end in range(3, len(flag) + 1):
-            for prefix in {flag[:end], "--" + flag[2:end].replace("-", "_")}:
+            for prefix in sorted({flag[:end], "--" + flag[2:end].replace("-", "_")}):
                 spellings += [[prefix, "VALUE"], [prefix + "=VALUE"], [prefix + ".k", "VALUE"], ["-" + prefix[2:], "VALUE"]]
     return spellings
 
