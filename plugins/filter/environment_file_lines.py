@@ -68,7 +68,8 @@ from ansible.module_utils.common.text.converters import to_text
 
 from collections.abc import Mapping
 
-NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# fullmatch: "$" would also accept a name with a trailing newline, which splits the line.
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _allowed(name, allowed):
@@ -104,7 +105,7 @@ def environment_file_lines(env, defaults=None, allowed=None, variable="the envir
         raise AnsibleFilterError("%s must be a dict of NAME: value, got %r" % (variable, env))
     merged = dict(defaults or {})
     merged.update(env)
-    bad_names = sorted(to_text(name) for name in merged if not NAME.match(to_text(name)))
+    bad_names = sorted(to_text(name) for name in merged if not NAME.fullmatch(to_text(name)))
     if bad_names:
         raise AnsibleFilterError(
             "%s holds %s: an environment variable name is letters, digits and underscores, not starting "

@@ -55,7 +55,9 @@ from collections.abc import Sequence
 # whitespace unless quoted; inside double quotes, backslash starts a C escape; "%" starts a
 # specifier everywhere ("%%" is a literal "%"); "$" starts an environment variable reference,
 # expanded when the command runs ("$$" is a literal "$"); an unquoted lone ";" separates commands.
-_SAFE_WORD = re.compile(r"^[A-Za-z0-9_./:=,+@-]+$")
+# fullmatch, not "$": "$" also matches before a trailing newline, which would leave a word such as
+# "--x\n" unquoted and end the Exec line there (the next word would start a directive of its own).
+_SAFE_WORD = re.compile(r"[A-Za-z0-9_./:=,+@-]+")
 _C_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r", "\a": "\\a",
               "\b": "\\b", "\f": "\\f", "\v": "\\v"}
 
@@ -63,7 +65,7 @@ _C_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r", "
 def _systemd_word(word):
     word = to_text(word)
     word = word.replace("%", "%%").replace("$", "$$")
-    if _SAFE_WORD.match(word):
+    if _SAFE_WORD.fullmatch(word):
         return word
     out = []
     for char in word:

@@ -21,6 +21,11 @@ description:
     taken as they are. Extra arguments may not repeat a flag of O(_input), nor carry a secret
     (C(--api-key), C(--hf-token)), nor use C(--disable-log-requests) (deprecated, rejected by
     some builds, and redundant - request logging is off by default).
+  - "A secret flag is refused however vLLM would still read it (its FlexibleArgumentParser over
+    argparse): any prefix of it (argparse takes an unambiguous abbreviation, C(--api-k)), with
+    C(_) for C(-) (C(--api_key)), with C(=value) (C(--api-ke=...)), or with a dotted JSON key
+    (C(--api-key.x)). Refusing every prefix is a superset of what one vLLM build accepts; the
+    prefixes it does not take as the secret flag are ambiguous or unknown there, errors either way."
   - Companion filter P(fleet.vllm.systemd_exec_args#filter) quotes the list for a systemd
     C(ExecStart=) line.
 options:
@@ -62,8 +67,10 @@ from ansible.module_utils.common.text.converters import to_text
 
 from collections.abc import Mapping, Sequence
 
-FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
-# Flags an extra argument may not set: secrets belong in the EnvironmentFile, never on argv.
+FLAG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+# Flags an extra argument may not set: secrets belong in the EnvironmentFile, never on argv. These
+# are the flags of vLLM's serve parser that take a secret (vLLM 0.16.0 and 0.33.0; docs/evidence.md
+# section 2): every other flag takes a setting, a path or a JSON config.
 SECRET_FLAGS = {"--api-key": "vllm_server_api_key", "--hf-token": "vllm_server_hf_token"}
 REFUSED_FLAGS = {
     "--disable-log-requests": "it is deprecated (vLLM PR #21739), rejected by some builds, and "
@@ -73,7 +80,7 @@ REFUSED_FLAGS = {
 
 def _flag(name):
     name = to_text(name)
-    if not FLAG_NAME.match(name):
+    if not FLAG_NAME.fullmatch(name):
         raise ValueError("%r is not an engine argument name (use names such as tensor_parallel_size)" % name)
     return "--" + name.replace("_", "-").lower()
 
@@ -108,6 +115,26 @@ def _flags_in(argv):
     return {arg.split("=", 1)[0].replace("_", "-") for arg in argv if arg.startswith("--")}
 
 
+def _option_name(arg):
+    """The option an argument names as vLLM's FlexibleArgumentParser reads it (vLLM 0.33.0,
+    vllm/utils/argparse_utils.py): the part before "=" and before the first "." (a dotted key of a
+    JSON flag), with "_" read as "-" after the leading "--"."""
+    name = arg.split("=", 1)[0].split(".", 1)[0].lower()
+    return "--" + name[2:].replace("_", "-") if name.startswith("--") else name
+
+
+def secret_flag(arg):
+    """The secret flag an argument would set in vLLM however it is spelled, or None. argparse
+    (allow_abbrev, on in vLLM's parser) takes any unambiguous prefix of a long option."""
+    name = _option_name(to_text(arg))
+    if len(name) <= 2 or not name.startswith("--"):
+        return None
+    for flag in sorted(SECRET_FLAGS):
+        if flag.startswith(name):
+            return flag
+    return None
+
+
 def vllm_server_argv(args, extra=None, variable="vllm_server_extra_args"):
     if not isinstance(args, Mapping):
         raise AnsibleFilterError("vllm_server_argv expects a dict of engine arguments, got %s" % type(args).__name__)
@@ -125,11 +152,14 @@ def vllm_server_argv(args, extra=None, variable="vllm_server_extra_args"):
         more = [to_text(item) for item in extra]
     else:
         raise AnsibleFilterError("%s must be a dict of engine arguments or a list of strings, got %r" % (variable, extra))
-    for flag in sorted(_flags_in(more)):
-        if flag in SECRET_FLAGS:
+    for arg in more:
+        flag = secret_flag(arg)
+        if flag:
             raise AnsibleFilterError(
-                "%s sets %s: secrets never go on the command line (it is visible to every user in ps); "
-                "set %s, which goes to the root-only environment file" % (variable, flag, SECRET_FLAGS[flag]))
+                "%s sets %s (as %s): secrets never go on the command line (it is visible to every user in ps "
+                "and lands in the world-readable unit); set %s, which goes to the root-only environment file"
+                % (variable, flag, _option_name(arg), SECRET_FLAGS[flag]))
+    for flag in sorted(_flags_in(more)):
         if flag in REFUSED_FLAGS:
             raise AnsibleFilterError("%s sets %s: leave it out, %s" % (variable, flag, REFUSED_FLAGS[flag]))
     twice = sorted(_flags_in(more) & _flags_in(argv))

@@ -96,6 +96,8 @@ from ansible.module_utils.six.moves.urllib.parse import quote
 from ansible.module_utils.urls import open_url
 from ansible.plugins.lookup import LookupBase
 
+from ansible_collections.fleet.vllm.plugins.module_utils._credentials import mask_credentials
+
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 NEXT_RE = re.compile(r'<([^>]+)>\s*;\s*rel="?next"?')
@@ -124,14 +126,16 @@ class LookupModule(LookupBase):
             raise AnsibleLookupError(self.problem(what, url, "the answer is not JSON"))
 
     def problem(self, what, url, why):
-        return "Cannot %s from %s (GET %s): %s. %s" % (what, self.get_option("endpoint"), url, why, self.get_option("hint"))
+        # An endpoint may carry credentials (https://user:password@mirror): they never reach a message.
+        return mask_credentials("Cannot %s from %s (GET %s): %s. %s" % (what, self.get_option("endpoint"), url, why,
+                                                                        self.get_option("hint")))
 
     def run(self, terms, variables=None, **kwargs):
         self.set_options(var_options=variables, direct=kwargs)
         revision = self.get_option("revision")
         endpoint = (self.get_option("endpoint") or "").rstrip("/")
         if not re.match(r"^https?://[^/\s]+", endpoint):
-            raise AnsibleLookupError("hub_revision: endpoint %r is not an http(s) URL" % (endpoint,))
+            raise AnsibleLookupError("hub_revision: endpoint %r is not an http(s) URL" % (mask_credentials(endpoint),))
         if not revision or re.search(r"\s", revision):
             raise AnsibleLookupError("hub_revision: revision %r is empty or has blanks" % (revision,))
         results = []

@@ -116,3 +116,58 @@ def expected(source, commit, version):
     if source == "nightly":
         return "a nightly build of commit %s (a version ending in +g%s)" % (commit, commit[:KEY_SHA_LENGTH])
     return "version %s" % version
+
+
+# Installer options that name an index or a place to find wheels, and the environment variable
+# each installer reads instead, with the separator of a list there (pip's user guide,
+# "Environment Variables": PIP_<OPTION>, lists separated by spaces; uv 0.13 `uv pip install
+# --help`: UV_INDEX_URL, UV_EXTRA_INDEX_URL and UV_INDEX space-separated, UV_FIND_LINKS
+# comma-separated, UV_DEFAULT_INDEX). A URL with credentials goes there, never on the command
+# line, which every local user can read in ps.
+LOCATION_OPTIONS = {
+    "pip": {"--index-url": ("PIP_INDEX_URL", None), "-i": ("PIP_INDEX_URL", None),
+            "--extra-index-url": ("PIP_EXTRA_INDEX_URL", " "),
+            "--find-links": ("PIP_FIND_LINKS", " "), "-f": ("PIP_FIND_LINKS", " ")},
+    "uv": {"--index-url": ("UV_INDEX_URL", None), "-i": ("UV_INDEX_URL", None),
+           "--default-index": ("UV_DEFAULT_INDEX", None),
+           "--extra-index-url": ("UV_EXTRA_INDEX_URL", " "), "--index": ("UV_INDEX", " "),
+           "--find-links": ("UV_FIND_LINKS", ","), "-f": ("UV_FIND_LINKS", ",")},
+}
+
+
+def credentials_to_environment(installer, argv, has_credentials):
+    """Split an installer's argv into (argv without the URLs that carry credentials, environment
+    holding them). Every value of an option is moved once one of its values has credentials: the
+    installer would otherwise take the command line's values and ignore the variable. Raises
+    ValueError (naming no secret) for credentials anywhere else on the command line."""
+    options = LOCATION_OPTIONS[installer]
+    found = []
+    index = 0
+    while index < len(argv):
+        arg = argv[index]
+        name, eq, value = arg.partition("=")
+        if arg in options and index + 1 < len(argv):
+            found.append((index, 2, options[arg], argv[index + 1]))
+            index += 2
+            continue
+        if eq and name.startswith("--") and name in options:
+            found.append((index, 1, options[name], value))
+        index += 1
+    secret_vars = set(var for dummy, dummy2, (var, dummy3), value in found if has_credentials(value))
+    drop, values, separators = set(), {}, {}
+    for index, count, (var, separator), value in found:
+        if var in secret_vars:
+            drop.update(range(index, index + count))
+            values.setdefault(var, []).append(value)
+            separators[var] = separator
+    kept = [arg for position, arg in enumerate(argv) if position not in drop]
+    if any(has_credentials(arg) for arg in kept):
+        raise ValueError("an installer argument other than an index or find-links location holds a URL with credentials; "
+                         "give indexes with credentials as index_url (vllm_runtime_index_url) or as --index-url, "
+                         "--extra-index-url or --find-links in the extra arguments")
+    environ = {}
+    for var, items in values.items():
+        if separators[var] is None and len(items) > 1:
+            raise ValueError("%s is given more than once" % var)
+        environ[var] = (separators[var] or " ").join(items)
+    return kept, environ

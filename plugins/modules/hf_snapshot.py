@@ -367,6 +367,7 @@ from ansible.module_utils.common.text.converters import to_native, to_text
 
 from ansible_collections.fleet.vllm.plugins.module_utils._hf_snapshot_payload import BOOTSTRAP, PAYLOAD
 from ansible_collections.fleet.vllm.plugins.module_utils import _snapshot as snap
+from ansible_collections.fleet.vllm.plugins.module_utils._credentials import mask_all, secrets_in
 
 REPO_ID_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_."
 MAX_DELAY = 300.0
@@ -615,7 +616,8 @@ class HfSnapshot(object):
             if not os.path.isdir(os.path.dirname(path) or "/"):
                 os.makedirs(os.path.dirname(path), 0o755)
             with open(tmp, "w") as handle:
-                json.dump(self.progress_state, handle, sort_keys=True)
+                # The record is world-readable: an endpoint's credentials stay out of it.
+                json.dump(mask_all(self.progress_state), handle, sort_keys=True)
             os.rename(tmp, path)
         except (IOError, OSError) as exc:
             self.module.warn("cannot write the progress record %s: %s" % (path, exc))
@@ -1265,6 +1267,8 @@ def main():
         ),
         supports_check_mode=True,
     )
+    # Credentials in the endpoint (https://user:password@mirror) are hidden wherever a message shows it.
+    module.no_log_values.update(secrets_in(module.params["endpoint"]))
     runner = HfSnapshot(module)
     try:
         result = runner.run()

@@ -24,6 +24,10 @@ description:
     or owner is not only gets its mode or owner changed.
   - A file given as O(files[].secret_content) never shows its content - in a diff, in the result
     or in the module's logged arguments.
+  - A file given as O(files[].src) gets the content of another file on the host (a staged copy put
+    in place), the same way - unlike M(ansible.builtin.copy) with C(remote_src), which renames a
+    new file into place with the default mode (0644 under the usual umask) and only then sets the
+    mode asked for. Its content is never shown either.
 author:
   - fleet.vllm developers (@fleet-vllm)
 attributes:
@@ -71,11 +75,16 @@ options:
         type: path
         required: true
       content:
-        description: What the file must hold. Exactly one of O(files[].content) and O(files[].secret_content).
+        description: What the file must hold. Exactly one of O(files[].content), O(files[].secret_content) and O(files[].src).
         type: str
       secret_content:
         description: What the file must hold, never shown (diff, result, logged arguments).
         type: str
+      src:
+        description:
+          - A file on the host whose content this file must hold; its content is never shown.
+          - In check mode a missing O(files[].src) counts as a change (an earlier task of the run would have written it).
+        type: path
       mode:
         description: Its mode, in octal (V("0644")).
         type: str
@@ -110,6 +119,13 @@ EXAMPLES = r"""
         mode: "0644"
       - path: /etc/fleet-vllm/vllm-secrets.env
         secret_content: "VLLM_API_KEY={{ vault_vllm_api_key }}\n"
+        mode: "0600"
+
+- name: Put a staged secrets file in place, 0600 from the start
+  fleet.vllm.managed_files:
+    files:
+      - path: /etc/fleet-vllm/vllm-secrets.env
+        src: /var/lib/fleet-vllm/staged/vllm-secrets.env
         mode: "0600"
 """
 
@@ -147,8 +163,20 @@ def ensure_file(module, item, diffs):
     path = item["path"]
     mode = octal(item["mode"], path)
     uid, gid = ids(item["owner"], item["group"], path)
-    secret = item["secret_content"] is not None
-    wanted = to_bytes(item["secret_content"] if secret else item["content"], errors="surrogate_or_strict")
+    secret = item["secret_content"] is not None or item["src"] is not None
+    if item["src"] is not None:
+        try:
+            with open(item["src"], "rb") as handle:
+                wanted = handle.read()
+        except FileNotFoundError:
+            if module.check_mode:
+                # An earlier task of the same run writes it; nothing to compare yet.
+                return True
+            raise Failure("%s: its source %s does not exist" % (path, item["src"]))
+        except OSError as exc:
+            raise Failure("%s: cannot read its source %s: %s" % (path, item["src"], to_native(exc)))
+    else:
+        wanted = to_bytes(item["secret_content"] if secret else item["content"], errors="surrogate_or_strict")
     try:
         st = os.lstat(path)
         if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
@@ -206,9 +234,10 @@ def main():
                 path=dict(type="path", required=True), mode=dict(type="str", required=True), **owner_options)),
             files=dict(type="list", elements="dict", default=[], options=dict(
                 path=dict(type="path", required=True), content=dict(type="str"),
-                secret_content=dict(type="str", no_log=True), mode=dict(type="str", required=True),
+                secret_content=dict(type="str", no_log=True), src=dict(type="path"), mode=dict(type="str", required=True),
                 validate=dict(type="str"), **owner_options),
-                mutually_exclusive=[("content", "secret_content")], required_one_of=[("content", "secret_content")]),
+                mutually_exclusive=[("content", "secret_content", "src")],
+                required_one_of=[("content", "secret_content", "src")]),
         ),
         supports_check_mode=True,
     )

@@ -22,6 +22,13 @@ description:
   - The marker, holding the pin, the version found, the installer and the command, is written only
     after that check passed, so a venv without a marker is never taken as installed.
   - The module does not switch any C(current) link; see M(fleet.vllm.venv_link).
+  - Credentials in a URL (O(index_url), O(nightly_index), an index in O(extra_args), such as
+    C(https://user:password@mirror/simple), C(https://TOKEN@host), C(?token=...)) never reach the
+    installer's command line, which every local user can read in C(ps). The installer gets such a
+    location from its environment instead (C(PIP_INDEX_URL), C(PIP_EXTRA_INDEX_URL),
+    C(PIP_FIND_LINKS); C(UV_INDEX_URL), C(UV_EXTRA_INDEX_URL), C(UV_INDEX), C(UV_DEFAULT_INDEX),
+    C(UV_FIND_LINKS)). They are masked (C(user:****@)) in RV(cmd), in every message and output,
+    and in the marker file.
 author:
   - fleet.vllm developers (@fleet-vllm)
 attributes:
@@ -175,7 +182,10 @@ installer:
   type: str
   sample: uv
 cmd:
-  description: The install command that ran (or would run in check mode); empty when nothing was installed.
+  description:
+    - The install command that ran (or would run in check mode); empty when nothing was installed.
+    - Credentials in its URLs are masked; a location that carries them was given to the installer through its
+      environment rather than on this command line.
   returned: always
   type: list
   elements: str
@@ -211,10 +221,16 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
+from ansible_collections.fleet.vllm.plugins.module_utils._credentials import (
+    has_credentials,
+    mask_all,
+    secrets_in,
+)
 from ansible_collections.fleet.vllm.plugins.module_utils._managed_files import Failure, ensure_directory
 from ansible_collections.fleet.vllm.plugins.module_utils._vllm_runtime import (
     COMMIT_RE,
     VERSION_RE,
+    credentials_to_environment,
     expected,
     install_command,
     index_args,
@@ -246,7 +262,17 @@ class Installer(object):
     def fail(self, msg, **extra):
         result = dict(self.result)
         result.update(extra)
-        self.module.fail_json(msg=msg, **result)
+        self.module.fail_json(**mask_all(dict(result, msg=msg)))
+
+    def exit(self, msg):
+        self.module.exit_json(**mask_all(dict(self.result, msg=msg)))
+
+    def split_credentials(self, installer, argv):
+        """argv without URLs that carry credentials, and the environment that gives them to the installer."""
+        try:
+            return credentials_to_environment(installer, argv, has_credentials)
+        except ValueError as exc:
+            self.fail("extra_args: %s" % exc)
 
     # --- state on the host -------------------------------------------------------------
 
@@ -301,12 +327,13 @@ class Installer(object):
                       "(vllm_runtime_python in the fleet.vllm.vllm_runtime role)" % wanted)
         return found
 
-    def run(self, argv, what):
-        rc, out, err = self.module.run_command(argv, environ_update=C_ENV, cwd="/")
+    def run(self, argv, what, environ=None, shown=None):
+        """Run argv with environ added (where credentials go); ``shown`` is the command as results show it."""
+        rc, out, err = self.module.run_command(argv, environ_update=dict(C_ENV, **(environ or {})), cwd="/")
         if rc != 0:
             self.remove()
             tail = (err or out).strip()[-3000:]
-            self.fail("%s failed (rc %d); the venv %s was removed: %s" % (what, rc, self.path, tail), cmd=argv,
+            self.fail("%s failed (rc %d); the venv %s was removed: %s" % (what, rc, self.path, tail), cmd=shown or argv,
                       rc=rc, stdout=out, stderr=err)
         return out
 
@@ -326,7 +353,8 @@ class Installer(object):
         # source, whose one-commit index holds vLLM only; the mirror; the wheelhouse.
         source = "pypi" if p["source"] == "nightly" else p["source"]
         argv += index_args(source, p["commit"], p["nightly_index"], p["index_url"], p["wheelhouse"])
-        rc, out, err = self.module.run_command(argv, environ_update=C_ENV, cwd="/")
+        argv, environ = self.split_credentials("pip", argv)
+        rc, out, err = self.module.run_command(argv, environ_update=dict(C_ENV, **environ), cwd="/")
         uv = os.path.join(self.path, "bin", "uv")
         if rc == 0 and os.access(uv, os.X_OK):
             return uv, ""
@@ -352,7 +380,8 @@ class Installer(object):
         fd, tmp = tempfile.mkstemp(prefix=".marker.", dir=self.path)
         self.module.add_cleanup_file(tmp)
         with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+            # World-readable: no credential of an index URL goes in.
+            f.write(json.dumps(mask_all(data), indent=2, sort_keys=True) + "\n")
         os.chmod(tmp, 0o644)
         self.module.atomic_move(tmp, self.marker)
 
@@ -386,7 +415,7 @@ class Installer(object):
             self.result.update(version=data["version"], installer=data.get("installer", ""))
             moved = (" (%s: owner, group or mode set)" % ", ".join(self.result["changed_directories"])
                      if self.result["changed_directories"] else "")
-            self.module.exit_json(msg="vLLM %s is installed in %s%s" % (data["version"], self.path, moved), **self.result)
+            self.exit("vLLM %s is installed in %s%s" % (data["version"], self.path, moved))
 
         self.result["changed"] = True
         self.result["rebuilt"] = os.path.lexists(self.path)
@@ -398,7 +427,8 @@ class Installer(object):
             self.result["installer"] = planned
             if planned:
                 self.result["cmd"] = self.command(planned, host_uv or "uv")
-            self.module.exit_json(msg="would install vLLM (%s) into %s" % (self.result["expected"], self.path), **self.result)
+                self.split_credentials(planned, self.result["cmd"])
+            self.exit("would install vLLM (%s) into %s" % (self.result["expected"], self.path))
 
         try:
             self.remove()
@@ -424,7 +454,8 @@ class Installer(object):
                               else "installer=uv", self.path, why))
         argv = self.command(installer, uv)
         self.result.update(installer=installer, cmd=argv)
-        self.run(argv, "installing vLLM with %s" % installer)
+        bare, environ = self.split_credentials(installer, argv)
+        self.run(bare, "installing vLLM with %s" % installer, environ, shown=argv)
 
         out = self.run([self.python, "-I", "-c", PROBE], "importing vllm in the new venv")
         try:
@@ -447,7 +478,7 @@ class Installer(object):
             pin=self.pin, key=self.key, version=found, installer=installer, command=argv,
             installed_at=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         ))
-        self.module.exit_json(msg="installed vLLM %s into %s with %s" % (found, self.path, installer), **self.result)
+        self.exit("installed vLLM %s into %s with %s" % (found, self.path, installer))
 
     def command(self, installer, uv):
         p = self.p
@@ -478,6 +509,9 @@ def main():
         required_if=[("source", "wheelhouse", ["wheelhouse"])],
         supports_check_mode=True,
     )
+    # Whatever escapes the masking (an installer's own output) is hidden by Ansible's no_log machinery.
+    for text in [module.params["index_url"], module.params["nightly_index"]] + list(module.params["extra_args"]):
+        module.no_log_values.update(secrets_in(text))
     Installer(module).apply()
 
 

@@ -71,6 +71,11 @@ def test_override_null_removes_a_default_and_values_read_back(tmp_path):
     ({"nccl proto": "LL"}, ["vllm_nccl_env", "nccl proto"]),
     ({"VLLM_API_KEY": "secret"}, ["vllm_nccl_env", "VLLM_API_KEY", "vllm_server_api_key"]),
     ({"NCCL_DEBUG": "a\nb"}, ["vllm_nccl_env", "NCCL_DEBUG", "line break"]),
+    # Issue 14 point 7: vLLM's own variables from the reviewed list only.
+    ({"VLLM_SERVER_DEV_MODE": 1}, ["vllm_nccl_env", "VLLM_SERVER_DEV_MODE", "without authentication", "VLLM_HOST_IP"]),
+    ({"VLLM_ALLOW_INSECURE_SERIALIZATION": 1}, ["vllm_nccl_env", "VLLM_ALLOW_INSECURE_SERIALIZATION", "reviewed"]),
+    ({"VLLM_PLUGINS": "evil"}, ["vllm_nccl_env", "VLLM_PLUGINS", "reviewed"]),
+    ({"NCCL_P2P_DISABLE": 1, "VLLM_NEW_THING": 1}, ["vllm_nccl_env", "VLLM_NEW_THING", "reviewed"]),
 ])
 def test_bad_input_fails_naming_the_variable_before_anything_changes(tmp_path, env, words):
     env_file = tmp_path / "nccl.env"
@@ -81,6 +86,24 @@ def test_bad_input_fails_naming_the_variable_before_anything_changes(tmp_path, e
     assert all(word in failed[0]["msg"] for word in words), failed[0]["msg"]
     assert env_file.read_text() == "untouched\n"
     assert "secret" not in failed[0]["msg"]
+
+
+def test_an_allowed_extra_prefix_does_not_open_vllm_variables(tmp_path):
+    """Adding VLLM_* (the old default) to vllm_nccl_allowed_extra still refuses an unreviewed name."""
+    env_file = tmp_path / "nccl.env"
+    rc, stats, tasks = play(env_file, vllm_nccl_env={"VLLM_SERVER_DEV_MODE": "1"},
+                            vllm_nccl_allowed_extra=["VLLM_*", "VLLM_SERVER_DEV_MODE"])
+    assert rc != 0 and stats["changed"] == 0 and not env_file.exists()
+    assert "VLLM_SERVER_DEV_MODE" in [t for t in tasks.values() if t.get("failed")][0]["msg"]
+
+
+def test_reviewed_vllm_variables_are_written(tmp_path):
+    env_file = tmp_path / "nccl.env"
+    rc, stats, dummy = play(env_file, vllm_nccl_env={"VLLM_HOST_IP": "10.0.0.5", "VLLM_NO_USAGE_STATS": 1,
+                                                     "VLLM_ENGINE_READY_TIMEOUT_S": 3600})
+    assert rc == 0
+    assert sourced(env_file) == {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS", "VLLM_HOST_IP": "10.0.0.5",
+                                 "VLLM_NO_USAGE_STATS": "1", "VLLM_ENGINE_READY_TIMEOUT_S": "3600"}
 
 
 def test_relative_path_fails_naming_the_variable(tmp_path):

@@ -73,6 +73,8 @@ def play(tmp_path, extra, *flags, scenario="rtx-pro-6000-x8"):
         vllm_preflight_nvidia_smi=str(FAKE_SMI),
         vllm_preflight_model_dir=str(tmp_path / "models" / "nvidia--Kimi-K2.5-NVFP4"),
         vllm_preflight_hf_token=TOKEN,
+        # The test hubs answer on loopback over plain http.
+        fleet_vllm_hf_token_over_http=True,
         # This machine's limits are not what the check is about: the vLLM unit's LimitNOFILE
         # stands in (checked against this kernel's fs.nr_open), and a small /dev/shm suffices.
         vllm_preflight_nofile_service_limit=65536,
@@ -254,3 +256,17 @@ def test_argument_specs_mirror_the_defaults_key_for_key():
         assert spec["default"] == defaults[name], name
         assert spec["description"], name
     assert options["vllm_preflight_hf_token"].get("no_log") is True
+
+
+def test_a_token_never_goes_to_a_plain_http_endpoint_unless_allowed(tmp_path):
+    """Issue 14 point 10: with a token, an http:// hub endpoint is refused before any request (the listing task does
+    not run), naming both variables and fleet_vllm_hf_token_over_http, which allows it for a trusted site mirror."""
+    run, out = play(tmp_path, {"vllm_preflight_hub_endpoint": "http://127.0.0.1:9", "fleet_vllm_hf_token_over_http": False})
+    assert run.rc != 0
+    failed = [r for name in HOSTS for r in [results(out, "Check the settings that argument specs cannot express").get(name, {})]
+              if r.get("failed")]
+    assert failed, run.stdout[-3000:]
+    assert all(word in failed[0]["msg"] for word in ("vllm_preflight_hf_token", "vllm_preflight_hub_endpoint",
+                                                     "fleet_vllm_hf_token_over_http")), failed[0]["msg"]
+    assert results(out, "List the files of the model revision") == {}
+    assert TOKEN not in run.stdout + run.stderr

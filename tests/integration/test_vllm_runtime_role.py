@@ -324,3 +324,104 @@ def test_missing_python_is_named(tmp_path, wheelhouse):
     msg = failure(tasks)
     assert "vllm_runtime_python" in msg and "install it" in msg
     assert os.listdir(base / "venvs") == [] and not (base / "current").exists()
+
+
+PASSWORD = "s3cret-index-pw"
+
+
+@pytest.fixture
+def auth_index(wheelhouse):
+    """A real PEP 503 index over HTTP on loopback, as a site mirror behind basic auth serves it (user fleet, password
+    PASSWORD; 401 without them), serving the wheelhouse. At every request it reads the command line of every process
+    on this machine, as ps does, and records any that holds the password."""
+    import http.server
+    import threading
+
+    seen = {"requests": 0, "authorized": 0, "argv_with_password": []}
+    wanted = "Basic " + base64.b64encode(("fleet:" + PASSWORD).encode()).decode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            seen["requests"] += 1
+            for cmdline in glob.glob("/proc/[0-9]*/cmdline"):
+                try:
+                    with open(cmdline, "rb") as handle:
+                        argv = handle.read().decode(errors="replace")
+                except OSError:
+                    continue
+                if PASSWORD in argv:
+                    seen["argv_with_password"].append(argv.replace("\0", " "))
+            if self.headers.get("Authorization") != wanted:
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="mirror"')
+                self.end_headers()
+                return
+            seen["authorized"] += 1
+            wheels = sorted(p.name for p in wheelhouse.glob("*.whl"))
+            if self.path.rstrip("/") in ("/simple/vllm", "/simple/vllm/"):
+                body = "".join('<a href="/files/%s">%s</a>\n' % (w, w) for w in wheels).encode()
+                kind = "text/html"
+            elif self.path.startswith("/files/") and self.path[7:] in wheels:
+                body, kind = (wheelhouse / self.path[7:]).read_bytes(), "application/octet-stream"
+            else:
+                self.send_response(404)
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command == "GET":
+                self.wfile.write(body)
+
+        do_HEAD = do_GET  # uv asks for a wheel's size first
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield "http://fleet:%s@127.0.0.1:%d/simple/" % (PASSWORD, server.server_address[1]), seen
+    server.shutdown()
+
+
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_index_credentials_stay_off_argv_results_and_marker(tmp_path, python312, auth_index, uv_path, installer):
+    """Issue 14 point 9: an index URL with user:password reached the installer's argv (ps), the results, failure
+    messages and the world-readable venv marker. Now the installer reads it from its environment and every place
+    that shows or stores it has user:****@."""
+    if installer == "uv" and uv_path is None:
+        missing_prerequisite("uv could not be installed from PyPI")
+    url, seen = auth_index
+    base = tmp_path / "opt-vllm"
+    common = dict(vllm_runtime_source="index", vllm_runtime_index_url=url, vllm_runtime_python=python312,
+                  vllm_runtime_installer=installer)
+    # The inventory's variables in a file, as an operator keeps them (on the command line of ansible-playbook they
+    # would be in ps because of this test, not of the collection).
+    variables = tmp_path / "vars.json"
+    variables.touch(mode=0o600)
+    variables.write_text(json.dumps(dict(common, vllm_runtime_base_dir=str(base), vllm_runtime_version=V2)))
+    run = run_playbook(PLAYBOOK, "-e", "@%s" % variables, path=[uv_path] if installer == "uv" else [], timeout=300)
+    tasks = {t["task"]["name"].split(" : ")[-1]: t["hosts"].get("localhost", {}) for t in run.out["plays"][0]["tasks"]}
+    assert run.rc == 0, json.dumps(tasks.get(INSTALL))[-3000:]
+    assert tasks[INSTALL]["version"] == V2 and tasks[INSTALL]["installer"] == installer
+    # The installer did authenticate with the credentials (the index answers 401 without them) ...
+    assert seen["authorized"] >= 2, seen
+    # ... and they were on no command line while it did, nor in any output or in the marker.
+    assert seen["argv_with_password"] == [], seen["argv_with_password"]
+    assert PASSWORD not in run.stdout + run.stderr
+    assert url.replace(PASSWORD, "****") in tasks[INSTALL]["cmd"] or any(
+        url.replace(PASSWORD, "****") in arg for arg in tasks[INSTALL]["cmd"]), tasks[INSTALL]["cmd"]
+    marker = (base / "venvs" / ("index-" + V2) / MARKER).read_text()
+    assert PASSWORD not in marker and "fleet:****@" in marker
+
+    if installer == "pip":
+        # A failed install: its message and output name the index without the password.
+        variables.write_text(json.dumps(dict(common, vllm_runtime_base_dir=str(tmp_path / "b2"), vllm_runtime_version="0.18.0")))
+        run = run_playbook(PLAYBOOK, "-e", "@%s" % variables, timeout=300)
+        assert run.rc != 0
+        failed = [t["hosts"]["localhost"] for t in run.out["plays"][0]["tasks"] if t["hosts"].get("localhost", {}).get("failed")]
+        assert failed and "installing vLLM with pip failed" in failed[0]["msg"], failed
+        assert PASSWORD not in run.stdout + run.stderr
+        assert seen["argv_with_password"] == [], seen["argv_with_password"]

@@ -4,6 +4,7 @@ renders passes systemd-analyze verify and its ExecStart carries the seed's flags
 from __future__ import annotations
 
 import json
+import os
 import pwd
 import shutil
 import subprocess
@@ -40,6 +41,16 @@ def play(playbook, **extra):
     ({"vllm_server_hardening_overrides": {"ProtectSystem": "full\nUser=root"}}, ["vllm_server_hardening_overrides", "line break"]),
     ({"vllm_server_device_allow": ["/dev/nvidia0 rw\nUser=root"]}, ["vllm_server_device_allow"]),
     ({"vllm_server_read_write_paths": ["var/lib/x"]}, ["vllm_server_read_write_paths", "absolute"]),
+    ({"vllm_server_extra_args": ["--api-k", "s3cret"]}, ["vllm_server_extra_args", "--api-key", "vllm_server_api_key"]),
+    # Issue 14 point 5: values that reach the unit may not add lines to it.
+    ({"vllm_server_served_model_name": "kimi\nExecStartPost=+/bin/touch /tmp/pwned"},
+     ["vllm_server_served_model_name", "control character"]),
+    ({"vllm_server_nccl_env_file": "/etc/fleet-vllm/nccl.env\nExecStartPost=+/bin/true"},
+     ["vllm_server_nccl_env_file", "control character"]),
+    ({"vllm_server_restart_sec": "30\nExecStartPost=+/bin/true"}, ["vllm_server_restart_sec"]),
+    ({"vllm_server_group": "vllm\nExecStartPost=+/bin/true"}, ["vllm_server_group is"]),
+    ({"vllm_server_user": "vllm\n"}, ["vllm_server_user is"]),
+    ({"vllm_server_port": "8000\n"}, ["vllm_server_port is"]),
 ])
 def test_bad_input_fails_before_anything_changes(variables, words):
     user = "fleet-vllm-test-never"
@@ -51,6 +62,7 @@ def test_bad_input_fails_before_anything_changes(variables, words):
     msg = [r for dummy, r in tasks if r.get("failed")][0]["msg"]
     assert all(word in msg for word in words), msg
     assert "s3cret" not in json.dumps(tasks)
+    assert not Path("/tmp/pwned").exists()
     ran = [name for name, dummy in tasks]
     assert not any(name.startswith(("Create", "Write", "Install")) for name in ran), ran
     with pytest.raises(KeyError):
@@ -129,3 +141,122 @@ def test_sandbox_settings_render_and_verify(tmp_path):
     proc = subprocess.run(["systemd-analyze", "verify", "%s:vllm.service" % checked], capture_output=True, text=True,
                           check=False)
     assert proc.returncode == 0 and proc.stderr.strip() == "", proc.stderr
+
+
+@prerequisite(shutil.which("systemd-analyze"), reason="systemd-analyze is not installed (Debian: systemd)")
+def test_odd_values_reach_the_unit_literally(tmp_path):
+    """Issue 14 point 5: %, $, quotes, backslash and unicode in the served model name and an environment file path.
+    systemd expands specifiers in Description= and EnvironmentFile=: "%q" left alone is an unknown specifier,
+    which systemd-analyze verify reports; escaped it is "%%q"."""
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.symlink_to(sys.executable)
+    nccl = tmp_path / "etc 100%q" / "nccl.env"
+    nccl.parent.mkdir()
+    nccl.write_text("NCCL_PROTO=LL\n")
+    name = 'Kimi "K2.5" 100%q $HOME \\back ünïcode'
+    unit = tmp_path / "render" / "vllm.service"
+    unit.parent.mkdir()
+    rc, stats, tasks = play("vllm_server_unit.yml", unit_dest=str(unit), vllm_server_python=str(python),
+                            vllm_server_served_model_name=name, vllm_server_nccl_env_file=str(nccl))
+    assert rc == 0, tasks
+    lines = unit.read_text().splitlines()
+    assert "Description=vLLM OpenAI-compatible server (%s)" % name.replace("%", "%%") in lines
+    assert "EnvironmentFile=%s" % str(nccl).replace("%", "%%") in lines
+    exec_start = [line for line in lines if line.startswith("ExecStart=")][0]
+    assert '--served-model-name "Kimi \\"K2.5\\" 100%%q $$HOME \\\\back ünïcode"' in exec_start, exec_start
+    checked = tmp_path / "check" / "vllm.service"
+    checked.parent.mkdir()
+    text = "\n".join(lines) + "\n"
+    text = text.replace("/usr/local/libexec/fleet-vllm/cleanup", str(ROOT / "roles" / "vllm_server" / "files" / "cleanup"))
+    text = text.replace("User=vllm", "User=root").replace("Group=vllm", "Group=root")
+    text = text.replace("EnvironmentFile=/etc/fleet-vllm/vllm-secrets.env", "EnvironmentFile=%s" % str(nccl).replace("%", "%%"))
+    checked.write_text(text)
+    proc = subprocess.run(["systemd-analyze", "verify", "%s:vllm.service" % checked], capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 0 and proc.stderr.strip() == "", proc.stderr
+
+
+def test_a_newline_never_reaches_the_unit(tmp_path):
+    """The template refuses by itself, naming the variable, even where the role's checks did not run."""
+    unit = tmp_path / "vllm.service"
+    rc, stats, tasks = play("vllm_server_unit.yml", unit_dest=str(unit), vllm_server_python="/opt/vllm/bin/python",
+                            vllm_server_served_model_name="kimi\nExecStartPost=+/bin/true")
+    assert rc != 0 and not unit.exists()
+    msg = [r for dummy, r in tasks if r.get("failed")][0]["msg"]
+    assert "vllm_server_served_model_name" in msg and "newline" in msg, msg
+
+
+def _switch_playbook(tmp_path):
+    """The rolling phase's task that puts the staged files in place, exactly as roles/vllm_server/tasks/roll.yml has
+    it, in a playbook of its own with the role's variables pointing into tmp_path (the rest of roll.yml needs
+    systemd as PID 1)."""
+    import yaml
+    tasks = yaml.safe_load((ROOT / "roles" / "vllm_server" / "tasks" / "roll.yml").read_text())
+    task = [t for t in tasks if t["name"] == "Copy the staged unit and environment files over the live ones"][0]
+    staged, live = tmp_path / "staged", tmp_path / "etc"
+    staged.mkdir(mode=0o700)
+    live.mkdir(mode=0o755)
+    os.chmod(live, 0o755)
+    files = [{"name": name, "path": str(staged / base), "live": str(live / base)}
+             for name, base in (("unit", "vllm.service"), ("nccl", "nccl.env"), ("secrets", "vllm-secrets.env"))]
+    playbook = tmp_path / "switch.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "name": "Switch", "hosts": "localhost", "connection": "local", "gather_facts": False,
+        "vars": {"_vllm_server_read_files": files, "_vllm_server_live_modes": {"unit": "0644", "nccl": "0644", "secrets": "0600"},
+                 "vllm_server_rollout": {"action": "restart"}},
+        "tasks": [task]}]))
+    return playbook, staged, live
+
+
+def _secrets_written(playbook, trace, env):
+    """Runs the playbook under strace; the modes the live secrets file was given by path (chmod, fchmodat)."""
+    proc = subprocess.run(["strace", "-f", "-qq", "-e", "trace=chmod,fchmodat", "-o", str(trace),
+                           str(Path(sys.executable).parent / "ansible-playbook"), str(playbook)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+@prerequisite(shutil.which("strace"), reason="strace is not installed (Debian: strace)")
+def test_the_live_secrets_file_is_never_readable_by_others(tmp_path):
+    """Issue 14 point 8: ansible.builtin.copy with remote_src renamed a new live secrets file into place, chmod'ed it
+    0644 (atomic_move, for a file it creates) and only then 0600. Seen with strace on every chmod of the live path,
+    at its first creation and at a replacement: never wider than 0600, and it ends 0600 with the staged content."""
+    import re
+    import stat
+    playbook, staged, live = _switch_playbook(tmp_path)
+    env = dict(os.environ, ANSIBLE_INJECT_FACT_VARS="false", ANSIBLE_LOCALHOST_WARNING="false",
+               ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
+    os.umask(0o022)
+    secrets = live / "vllm-secrets.env"
+    for round_, key in enumerate(("s3cret-one", "s3cret-two")):
+        (staged / "vllm.service").write_text("[Service]\nExecStart=/bin/true\n")
+        (staged / "nccl.env").write_text('NCCL_PROTO="LL"\n')
+        staged_secrets = staged / "vllm-secrets.env"
+        staged_secrets.touch(mode=0o600)
+        os.chmod(staged_secrets, 0o600)
+        staged_secrets.write_text('VLLM_API_KEY="%s"\n' % key)
+        trace = tmp_path / ("strace-%d.txt" % round_)
+        proc = _secrets_written(playbook, trace, env)
+        assert key not in proc.stdout
+        pattern = r'chmod(?:at)?\((?:AT_FDCWD, )?"%s", (0[0-7]+)\)' % re.escape(str(secrets))
+        modes = [int(m, 8) for m in re.findall(pattern, trace.read_text())]
+        assert all(m & 0o077 == 0 for m in modes), "the live secrets file was given mode(s) %s" % [oct(m) for m in modes]
+        assert stat.S_IMODE(secrets.stat().st_mode) == 0o600 and secrets.read_text() == 'VLLM_API_KEY="%s"\n' % key
+        assert stat.S_IMODE((live / "vllm.service").stat().st_mode) == 0o644
+
+
+def test_the_server_gets_a_token_only_when_asked(tmp_path):
+    """Issue 14 point 10: the server reads only local files; the shared token (fleet_vllm_hf_token, which the
+    downloader uses) does not reach its environment. vllm_server_hf_token is the explicit request."""
+    python = tmp_path / "python"
+    python.symlink_to(sys.executable)
+    for extra, expected in (({"fleet_vllm_hf_token": "hf_shared_token"}, ['VLLM_API_KEY="k"']),
+                            ({"fleet_vllm_hf_token": "hf_shared_token", "vllm_server_hf_token": "hf_asked"},
+                             ['HF_TOKEN="hf_asked"', 'VLLM_API_KEY="k"'])):
+        secrets = tmp_path / "secrets.env"
+        rc, stats, tasks = play("vllm_server_unit.yml", unit_dest=str(tmp_path / "vllm.service"), secrets_dest=str(secrets),
+                                vllm_server_python=str(python), vllm_server_api_key="k", **extra)
+        assert rc == 0, tasks
+        assert secrets.read_text().splitlines() == expected

@@ -26,9 +26,11 @@ from pathlib import Path
 
 import jinja2
 import pytest
+from ansible.errors import AnsibleFilterError
 
 from conftest import COLLECTIONS, ROOT
 
+from ansible_collections.fleet.vllm.plugins.filter.config_value import config_value
 from ansible_collections.fleet.vllm.plugins.module_utils import _snapshot as snap
 
 pytestmark = [pytest.mark.integration]
@@ -56,13 +58,15 @@ def free_port():
         return s.getsockname()[1]
 
 
-def render_rsyncd_conf(base, networks):
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROLE / "templates")), undefined=jinja2.StrictUndefined)
+def render_rsyncd_conf(base, networks, pristine=None):
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROLE / "templates")), undefined=jinja2.StrictUndefined,
+                             trim_blocks=True)
     env.filters["dirname"] = os.path.dirname
+    env.filters["fleet.vllm.config_value"] = config_value
     return env.get_template("rsyncd.conf.j2").render(
         ansible_managed="rendered by " + __name__, vllm_weights_peer_max_connections=SLOTS,
         __vllm_weights_rsyncd_lock=str(base / "run" / "rsyncd.lock"), __vllm_weights_rsync_module=MODULE,
-        vllm_weights_pristine_dir=str(base / "seed" / "pristine" / REPO_DIR), __vllm_weights_peer_networks=networks)
+        vllm_weights_pristine_dir=str(pristine or base / "seed" / "pristine" / REPO_DIR), __vllm_weights_peer_networks=networks)
 
 
 @pytest.fixture(scope="module")
@@ -107,9 +111,9 @@ def daemon(base, seed):
     (rsync's pre-xfer exec, a test-only parameter), standing in for a long copy, so that copies overlap for sure."""
     started = []
 
-    def start(networks, slow=False):
+    def start(networks, slow=False, pristine=None):
         conf = base / ("rsyncd-%d.conf" % len(started))
-        conf.write_text(render_rsyncd_conf(base, networks))
+        conf.write_text(render_rsyncd_conf(base, networks, pristine))
         port = free_port()
         argv = [shutil.which("systemd-socket-activate"), "--listen=127.0.0.1:%d" % port, "--accept", "--inetd",
                 shutil.which("setpriv"), "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY, "--clear-groups", "--no-new-privs",
@@ -206,3 +210,30 @@ def test_an_address_outside_the_networks_is_refused(daemon):
                             timeout=60, check=False)
     assert denied.returncode == 5 and "@ERROR: Unknown module '%s'" % MODULE in denied.stderr, denied.stderr
     assert snap.rsync_kind(denied.returncode, denied.stderr) == "refused"
+
+
+def test_a_snapshot_under_a_path_with_percent_signs_and_unicode_is_served(base, seed, daemon):
+    """What rsyncd takes literally in a path (rsyncd.conf(5), issue 14 point 5) reaches it unchanged: percent signs
+    that name no variable, quotes, dollars, spaces, unicode."""
+    odd = base / "odd 100% %h %% ünï 'q' \"d\" $x" / "pristine" / REPO_DIR
+    odd.mkdir(parents=True)
+    shutil.copytree(seed, odd / COMMIT)
+    for path in [base / odd.relative_to(base).parts[0], *(base / odd.relative_to(base).parts[0]).rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    url = daemon(["127.0.0.0/8"], pristine=odd)
+    listing = subprocess.run(["rsync", "--contimeout=10", url + "/" + COMMIT + "/"], capture_output=True, text=True,
+                             timeout=60, check=False)
+    assert listing.returncode == 0 and "config.json" in listing.stdout, listing.stderr
+
+
+@pytest.mark.parametrize("pristine, words", [
+    ("/srv/models\n[root]\npath = /\n/pristine/" + REPO_DIR, ["vllm_weights_pristine_dir", "newline"]),
+    ("/srv/models\\/" + REPO_DIR, ["vllm_weights_pristine_dir", "backslash"]),
+    ("/srv/models\r/" + REPO_DIR, ["vllm_weights_pristine_dir", "carriage return"]),
+])
+def test_rsyncd_conf_refuses_a_path_that_would_add_lines(base, pristine, words):
+    """A newline in vllm_weights_pristine_dir wrote a module of its own (here [root] serving /); %HOME% made rsyncd
+    serve root's home directory."""
+    with pytest.raises(AnsibleFilterError) as err:
+        render_rsyncd_conf(base, ["127.0.0.0/8"], pristine)
+    assert all(word in str(err.value) for word in words), str(err.value)

@@ -275,3 +275,15 @@ def test_a_peer_with_a_corrupted_shard_is_refused(fleet):
             target = pristine(fleet, host) / SHARD
             target.write_bytes(good)
             os.utime(target, ns=(stats[host].st_atime_ns, stats[host].st_mtime_ns))
+
+
+def test_a_token_never_goes_to_a_plain_http_endpoint_unless_allowed(fleet):
+    """Issue 14 point 10: the test hub is http://; with a token and without fleet_vllm_hf_token_over_http the role
+    stops before it asks the hub anything, naming both variables and the one that allows it."""
+    asked = len(fleet["hub"].requests)
+    bad = play(fleet, "--limit", "node1", vllm_weights_hf_token="hf_s3cret_never_sent")
+    assert bad.rc != 0
+    found = [m for m in messages(bad, "node1") if "vllm_weights_hf_token" in m]
+    assert found and all(word in found[0] for word in ("vllm_weights_endpoint", "fleet_vllm_hf_token_over_http")), found
+    assert len(fleet["hub"].requests) == asked
+    assert "hf_s3cret_never_sent" not in bad.stdout + bad.stderr

@@ -71,6 +71,46 @@ def test_bad_extra_args_name_the_variable(extra, words):
     assert "s3cret" not in str(err.value) and "hf_x" not in str(err.value)
 
 
+# Every spelling vLLM's parser reads as a secret flag (issue 14 point 6): argparse abbreviations,
+# "_" for "-", "=value", dotted JSON keys; the value must never reach argv, the unit or ps.
+SECRET_SPELLINGS = [
+    ["--api-k", "s3cret"], ["--api-ke=s3cret"], ["--api_key", "s3cret"], ["--api_k=s3cret"],
+    ["--api-key.x", "s3cret"], ["--API-KEY", "s3cret"], ["--hf-tok", "hf_x"], ["--hf_token=hf_x"],
+    ["--hf-t", "hf_x"], ["--hf", "hf_x"], ["--max-num-seqs", "4", "--api-", "s3cret"],
+]
+
+
+@pytest.mark.parametrize("extra", SECRET_SPELLINGS)
+def test_secret_flags_are_refused_however_spelled(extra):
+    with pytest.raises(AnsibleFilterError) as err:
+        vllm_server_argv({"port": 8000}, extra=extra)
+    message = str(err.value)
+    assert "vllm_server_extra_args" in message and ("vllm_server_api_key" in message or "vllm_server_hf_token" in message)
+    assert "s3cret" not in message and "hf_x" not in message
+
+
+@pytest.mark.parametrize("extra", [{"api_k": "s3cret"}, {"hf_tok": "hf_x"}, {"API_KEY": "s3cret"}])
+def test_secret_flags_are_refused_as_dict_keys(extra):
+    with pytest.raises(AnsibleFilterError) as err:
+        vllm_server_argv({"port": 8000}, extra=extra)
+    assert "s3cret" not in str(err.value) and "hf_x" not in str(err.value)
+
+
+@pytest.mark.parametrize("extra", [
+    ["--api-server-count", "2"], ["--hf-overrides", "{}"], ["--hf-config-path=/srv/c"], ["--host-x"], ["-tp", "8"],
+    ["--allowed-headers", "x-api-key"], ["--", "x"],
+])
+def test_other_flags_are_not_taken_for_secrets(extra):
+    assert vllm_server_argv({}, extra=extra) == extra
+
+
+@pytest.mark.parametrize("name", ["port\n", "bad flag", "a.b", "x=1", ""])
+def test_dict_keys_must_be_whole_flag_names(name):
+    """A trailing newline passed a check anchored with "$" (issue 14 point 5)."""
+    with pytest.raises(AnsibleFilterError):
+        vllm_server_argv({name: "1"})
+
+
 # systemd.syntax(7) "Quoting" and systemd.service(5) "Command lines", as a splitter for the
 # tests: %-specifiers first ("%%" -> "%"), then words split on whitespace, double- or
 # single-quoted, C escapes (\\ \" \' \n \t \xNN ...) unescaped; "$$" -> "$" when the command runs.
@@ -111,7 +151,8 @@ def systemd_split(line):
 
 
 ODD = ["a b", 'say "hi"', "it's", "$HOME", "${HOME}x", "100%", "%h", "back\\slash", "tab\there",
-       "new\nline", ";", "", "--flag=va lue", "\\x41", "ünïcode", "end\\"]
+       "new\nline", ";", "", "--flag=va lue", "\\x41", "ünïcode", "end\\", "trailing\n", "--x\n",
+       "a\rb", "\x7f", "%%", "$$", "'single'"]
 
 
 @pytest.mark.parametrize("value", ODD)
@@ -178,3 +219,60 @@ print(json.dumps({k: ns.__dict__.get(k) for k in ("model", "tensor_parallel_size
     assert ns["trust_remote_code"] is True and ns["port"] == 8000 and ns["max_num_seqs"] == 64
     assert ns["kv_cache_dtype"] == "fp8"
     assert "1024" in str(ns["hf_overrides"])
+
+
+def _secret_spellings():
+    """Candidate spellings of each secret flag: every prefix longer than "--", with "_" for "-",
+    as "--x VALUE", "--x=VALUE" and "--x.k VALUE", and the single-dash forms."""
+    from ansible_collections.fleet.vllm.plugins.filter.vllm_server_argv import SECRET_FLAGS
+    spellings = []
+    for flag in SECRET_FLAGS:
+        for end in range(3, len(flag) + 1):
+            for prefix in sorted({flag[:end], "--" + flag[2:end].replace("-", "_")}):
+                spellings += [[prefix, "VALUE"], [prefix + "=VALUE"], [prefix + ".k", "VALUE"], ["-" + prefix[2:], "VALUE"]]
+    return spellings
+
+
+@pytest.mark.vllm
+def test_refused_spellings_are_the_ones_the_real_parser_reads_as_secrets(vllm_venv, vllm_env):
+    """vLLM 0.33's own serve parser as the oracle: every spelling it reads into api_key or
+    hf_token is refused, and every refused spelling it does not read so is an error there
+    (ambiguous or unknown), so the filter takes nothing away that vLLM would accept."""
+    import json
+    code = r'''
+import contextlib, io, json, sys
+from vllm.entrypoints.common import cli_args
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+parser = cli_args.make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+out = []
+for argv in json.loads(sys.argv[1]):
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            ns = parser.parse_args(argv)
+    except SystemExit:
+        out.append("error")
+        continue
+    out.append("secret" if "VALUE" in str(ns.api_key) + str(ns.hf_token) else "other")
+print(json.dumps(out))
+'''
+    spellings = _secret_spellings()
+    proc = subprocess.run([str(vllm_venv / "bin" / "python"), "-c", code, json.dumps(spellings)],
+                          capture_output=True, text=True, env=vllm_env, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    outcomes = json.loads(proc.stdout.strip().splitlines()[-1])
+    read_as_secret, refused_but_fine = [], []
+    for argv, outcome in zip(spellings, outcomes):
+        try:
+            vllm_server_argv({}, extra=argv)
+            refused = False
+        except AnsibleFilterError:
+            refused = True
+        if outcome == "secret":
+            read_as_secret.append(argv)
+            assert refused, "vLLM reads %r as a secret flag, the filter lets it through" % (argv,)
+        elif refused:
+            refused_but_fine.append(argv)
+            assert outcome == "error", "the filter refuses %r, which vLLM parses as another flag" % (argv,)
+    # The oracle is not vacuous: abbreviations, "_" and "=" forms are among those vLLM accepts.
+    assert ["--api-k", "VALUE"] in read_as_secret and ["--hf_tok=VALUE"] in read_as_secret
+    assert ["--api-key.k", "VALUE"] in read_as_secret

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from ansible_collections.fleet.vllm.plugins.module_utils import _vllm_runtime as rt
+from ansible_collections.fleet.vllm.plugins.module_utils._credentials import has_credentials
 from ansible_collections.fleet.vllm.plugins.module_utils._vllm_runtime import (
     expected,
     index_args,
@@ -124,3 +126,33 @@ def test_expected_names_the_pin():
     assert expected("nightly", SHA, "") == (
         "a nightly build of commit %s (a version ending in +ga1257fd1ea93)" % SHA)
     assert expected("pypi", "", "0.16.0") == "version 0.16.0"
+
+
+# Issue 14 point 9: an index URL with credentials never goes on the installer's command line.
+
+@pytest.mark.parametrize("installer, argv, kept, environ", [
+    ("pip", ["py", "-m", "pip", "install", "vllm==1", "--index-url", "https://u:p@m/simple"],
+     ["py", "-m", "pip", "install", "vllm==1"], {"PIP_INDEX_URL": "https://u:p@m/simple"}),
+    ("pip", ["py", "-m", "pip", "install", "vllm==1", "--extra-index-url=https://t@a/s", "--extra-index-url", "https://b/s"],
+     ["py", "-m", "pip", "install", "vllm==1"], {"PIP_EXTRA_INDEX_URL": "https://t@a/s https://b/s"}),
+    ("uv", ["uv", "pip", "install", "vllm", "--index-url", "https://u:p@m/simple", "--extra-index-url",
+            "https://wheels.vllm.ai/" + "0" * 40, "--python", "/v/bin/python"],
+     ["uv", "pip", "install", "vllm", "--extra-index-url", "https://wheels.vllm.ai/" + "0" * 40, "--python", "/v/bin/python"],
+     {"UV_INDEX_URL": "https://u:p@m/simple"}),
+    ("uv", ["uv", "pip", "install", "vllm", "-f", "https://u:p@m/wheels", "--find-links", "/srv/w"],
+     ["uv", "pip", "install", "vllm"], {"UV_FIND_LINKS": "https://u:p@m/wheels,/srv/w"}),
+    ("pip", ["py", "-m", "pip", "install", "vllm==1", "--index-url", "https://m/simple"],
+     ["py", "-m", "pip", "install", "vllm==1", "--index-url", "https://m/simple"], {}),
+])
+def test_credentials_go_to_the_environment(installer, argv, kept, environ):
+    assert rt.credentials_to_environment(installer, argv, has_credentials) == (kept, environ)
+
+
+@pytest.mark.parametrize("argv", [
+    ["py", "-m", "pip", "install", "vllm @ https://u:p@m/vllm-1.whl"],
+    ["py", "-m", "pip", "install", "--index-url", "https://u:p@a/s", "-i", "https://b/s"],
+])
+def test_credentials_elsewhere_are_refused_without_showing_them(argv):
+    with pytest.raises(ValueError) as err:
+        rt.credentials_to_environment("pip", argv, has_credentials)
+    assert "u:p" not in str(err.value) and ":p@" not in str(err.value)

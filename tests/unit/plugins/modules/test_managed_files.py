@@ -107,3 +107,29 @@ def test_errors_name_the_path(run_module, tmp_path):
     assert res.failed and "no user no-such-user-fleet" in res.result["msg"] and not (tmp_path / "d").exists()
     res = run_module("managed_files", {"files": [{"path": "relative/f", "content": "x", "mode": "0644"}]})
     assert res.failed and "relative/f is not an absolute path" in res.result["msg"]
+
+
+def test_src_puts_a_file_of_the_host_in_place_unseen(run_module, tmp_path):
+    """files[].src (issue 14 point 8): the rolling phase puts the staged secrets in place with it."""
+    staged = tmp_path / "staged"
+    staged.mkdir(mode=0o700)
+    (staged / "secrets.env").write_text("KEY=s3cret-value\n")
+    (tmp_path / "etc").mkdir()
+    item = {"path": str(tmp_path / "etc" / "secrets.env"), "src": str(staged / "secrets.env"), "mode": "0600"}
+    # check mode: nothing written; a source an earlier task of the run would write counts as a change
+    res = run_module("managed_files", {"files": [item]}, check=True, diff=True)
+    assert res.result["changed"] and not (tmp_path / "etc" / "secrets.env").exists()
+    res = run_module("managed_files", {"files": [dict(item, src=str(staged / "absent"))]}, check=True)
+    assert res.result["changed"] and not res.failed
+    res = run_module("managed_files", {"files": [item]}, diff=True)
+    assert res.result["changed_files"] == [item["path"]]
+    assert (tmp_path / "etc" / "secrets.env").read_text() == "KEY=s3cret-value\n"
+    assert mode(tmp_path / "etc" / "secrets.env") == "0o600"
+    assert "s3cret-value" not in json.dumps(res.result)
+    assert sorted(os.listdir(tmp_path / "etc")) == ["secrets.env"]
+    before = snapshot(tmp_path)
+    assert not run_module("managed_files", {"files": [item]}).result["changed"]
+    assert snapshot(tmp_path) == before
+    missing = run_module("managed_files", {"files": [dict(item, src=str(staged / "absent"))]})
+    assert missing.failed and str(staged / "absent") in missing.result["msg"]
+    assert (tmp_path / "etc" / "secrets.env").read_text() == "KEY=s3cret-value\n"
