@@ -454,3 +454,21 @@ def test_shutdown_timeout_lets_requests_in_flight_finish(new_venv, tmp_path, tim
         assert waited >= 4.5, waited
     else:
         assert waited < 4.5, waited
+
+
+@pytest.mark.parametrize("build", ["old", "new"])
+def test_collection_probe_says_which_builds_have_shutdown_timeout(build, old_venv, new_venv):
+    """fleet.vllm.vllm_probe's server_flags: vLLM 0.33.0's parser has --shutdown-timeout, the
+    0.16 nightly's not (the flag lists come from the real parsers), so vllm_server passes it only
+    to the former."""
+    sys.path.insert(0, str(ROOT / "collections"))
+    try:
+        from ansible_collections.fleet.vllm.plugins.module_utils._vllm_probe_payload import PAYLOAD
+    finally:
+        sys.path.pop(0)
+    venv = new_venv if build == "new" else old_venv
+    question = {"server_flags": ["--shutdown-timeout", "--no-such-flag"], "server_args": [str(KIMI)]}
+    proc = subprocess.run([str(venv / "bin" / "python"), "-c", PAYLOAD], input=json.dumps(question),
+                          capture_output=True, text=True, env=sim_env(), timeout=30, check=False)
+    answer = json.loads(proc.stdout)
+    assert answer["server_flags"] == {"--shutdown-timeout": build == "new", "--no-such-flag": False}
