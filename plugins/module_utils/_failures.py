@@ -625,8 +625,9 @@ def _engine_unhealthy(ctx):
               "with `ansible-playbook playbooks/verify.yml`; fleet.vllm.vllm_gateway's gateways take such a host out of "
               "rotation by their completion check. If it recurs, the engine usually hangs in NCCL: set "
               "`vllm_nccl_env` with `NCCL_P2P_DISABLE: \"1\"` and run `%s --tags nccl,server`." % (ctx.unit, DEPLOY))
-    return _finding("engine_unhealthy", evidence, cause, remedy, dict(timeout=endpoint["timeout"], model=endpoint["model"],
-                                                                    completion_status=status, hang=bool(endpoint.get("hang"))))
+    details = dict(timeout=endpoint["timeout"], model=endpoint["model"], completion_status=status,
+                   hang=bool(endpoint.get("hang")))
+    return _finding("engine_unhealthy", evidence, cause, remedy, details)
 
 
 # ---- 9. engine core died ---------------------------------------------------------------------

@@ -5,7 +5,6 @@ keeps the commands it got). The real HAProxy is driven by the Molecule scenario 
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 import threading
