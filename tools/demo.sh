@@ -13,7 +13,8 @@
 #   4. tests/hosts/mirror.sh up: the site's hub mirror (olah) serving a small Kimi-K2.5-shaped
 #      nvidia/Kimi-K2.5-NVFP4, and the wheelhouse, on the podman network fleet-vllm-net;
 #   5. two test hosts, fleet-vllm-demo-1 and -2 (podman run, systemd as PID 1), on that network,
-#      port 8000 published on 127.0.0.1:8000 and 127.0.0.1:8001, the wheelhouse at /srv/wheelhouse;
+#      their front door (port 8080, fleet.vllm.vllm_gateway) published on 127.0.0.1:8000 and
+#      127.0.0.1:8001, the wheelhouse at /srv/wheelhouse;
 #   6. molecule/shared/prepare.yml: the fixture nvidia-smi (8x RTX PRO 6000) on each host;
 #   7. ansible-playbook deploy.yml -i inventories/demo   (what an operator runs on a real fleet);
 #   8. prints the endpoint and a real request and response.
@@ -54,7 +55,7 @@ for name in "${demo_hosts[@]}"; do
     else
         [[ -n ${have} ]] && podman rm --force --time 0 "${name}" >/dev/null
         podman run --detach --name "${name}" --hostname "${name}" --network "${network}" \
-            --systemd=always --publish "127.0.0.1:${port}:8000" \
+            --systemd=always --publish "127.0.0.1:${port}:8080" \
             --volume "${wheelhouse}:/srv/wheelhouse:ro" \
             --label org.fleet-vllm.demo=1 "${image}" >/dev/null
         echo "${name}: started (127.0.0.1:${port})"
@@ -96,8 +97,8 @@ if [[ -n ${api_key} ]]; then
 fi
 body="{\"model\": \"${model}\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello from the demo fleet\"}], \"max_tokens\": 16}"
 echo "endpoints: ${url} (fleet-vllm-demo-1), http://127.0.0.1:$((first_port + 1)) (fleet-vllm-demo-2)"
-echo "\$ curl -s ${url}/health -w '%{http_code}'"
-curl --silent --show-error --fail --output /dev/null --write-out '%{http_code}\n' "${url}/health"
+echo "\$ curl -s ${url}/health${shown} -w '%{http_code}'"
+curl --silent --show-error --fail --output /dev/null --write-out '%{http_code}\n' "${auth[@]}" "${url}/health"
 echo "\$ curl -s ${url}/v1/models${shown}   # model ids"
 curl --silent --show-error --fail "${auth[@]}" "${url}/v1/models" |
     python3 -c 'import json, sys; print(", ".join(m["id"] for m in json.load(sys.stdin)["data"]))'

@@ -35,7 +35,11 @@ import urllib.request
 import yaml
 
 SERVICE = "vllm.service"
+# vLLM's own port, on the host's loopback only (vllm_server_host 127.0.0.1).
 PORT = 8000
+# The front door (fleet.vllm.vllm_gateway, tasks_from: frontdoor): what the network reaches, and
+# what each container publishes on this machine's loopback.
+FRONTDOOR_PORT = 8080
 REPO = "nvidia/Kimi-K2.5-NVFP4"
 REPO_DIR = "nvidia--Kimi-K2.5-NVFP4"
 MODELS_ROOT = "/srv/vllm/models"
@@ -294,7 +298,7 @@ def kv_state(data, directory=None):
 # ---- HTTP from this machine --------------------------------------------------------------------
 
 
-def published(name, port=PORT):
+def published(name, port=FRONTDOOR_PORT):
     """127.0.0.1:NNNN where the container's port is published on this machine."""
     out = subprocess.run(["podman", "port", name, f"{port}/tcp"], check=True, capture_output=True, text=True)
     address = out.stdout.split()[0]
@@ -372,8 +376,8 @@ def shard_requests(log_lines):
 
 
 def assert_serving(host, data, version):
-    """The unit runs the given vLLM (simulator) version and answers, inside the host and on the
-    port published on this machine's loopback: /health 200, /v1/models lists the served name
+    """The unit runs the given vLLM (simulator) version and answers, inside the host (vLLM on
+    loopback) and through the front door published on this machine's loopback (with the key): /health 200, /v1/models lists the served name
     (and refuses a request without the API key), a chat completion returns."""
     unit = data["unit"]
     assert (unit["ActiveState"], unit["SubState"]) == ("active", "running"), unit
@@ -388,7 +392,8 @@ def assert_serving(host, data, version):
     assert json.loads(answers["chat"][1])["choices"][0]["message"]["content"]
 
     base = f"http://{published(name_of(host))}"
-    assert http(f"{base}/health")[0] == 200
+    assert http(f"{base}/health", key=api_key())[0] == 200
+    assert http(f"{base}/health")[0] == 401, "the front door forwards without the key"
     status, text = http(f"{base}/v1/models", key=api_key())
     assert status == 200 and [m["id"] for m in json.loads(text)["data"]] == [served_name()], text
     status, text = chat(base, api_key(), served_name())

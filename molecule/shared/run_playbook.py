@@ -9,8 +9,8 @@ output, and writes $MOLECULE_EPHEMERAL_DIRECTORY/run-NAME.json with:
 
   rc, seconds, argv, the output's tail, the PLAY RECAP per host (ok/changed/failed...),
   mirror_log: the hub mirror's request-log lines written during the run (tests/hosts/mirror.sh log),
-  polls (with --poll): every change of each host's GET /health answer (on the port published on
-      127.0.0.1), polled every 0.1 s from before the run to its end: [seconds, host, status];
+  polls (with --poll): every change of each host's GET /health answer (through its front door,
+      with the key, on the port published on 127.0.0.1), polled every 0.1 s from before the run to its end: [seconds, host, status];
   interrupt (with --interrupt-on-restart HOST): an operator's Ctrl-C (SIGINT to ansible-playbook)
       as soon as HOST's vllm.service has a new InvocationID (it was restarted) and before its
       /health answers: the InvocationIDs before and after, and whether /health was still down.
@@ -66,7 +66,7 @@ class Poller(threading.Thread):
     @staticmethod
     def status(url):
         try:
-            return fleet().http(url, timeout=1)[0]
+            return fleet().http(url, key=fleet().api_key(), timeout=1)[0]
         except OSError:  # refused, reset or timed out: down
             return 0
 

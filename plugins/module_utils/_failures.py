@@ -33,7 +33,7 @@ CATALOGUE = (
     ("port_in_use", "The port is already in use"),
     ("shm_leftovers", "Leftover vLLM files in /dev/shm"),
     ("model_files", "Model files missing or truncated"),
-    ("completion_hang", "/health answers but completions hang"),
+    ("engine_unhealthy", "Engine unhealthy behind a healthy /health"),
     ("engine_core_died", "The engine core died"),
 )
 TITLES = dict(CATALOGUE)
@@ -592,28 +592,42 @@ def _model_files(ctx):
                                                                  check_problems=problems, in_journal=bool(hits)))
 
 
-# ---- 8. /health answers, completions hang ----------------------------------------------------
+# ---- 8. engine unhealthy behind a healthy /health ----------------------------------------------
 
 _STALL_RE = re.compile(r"No available shared memory broadcast block found|Running: 0 reqs, Waiting: [1-9]\d* reqs")
 
 
-def _completion_hang(ctx):
+def _engine_unhealthy(ctx):
+    """/health says 200 while a one-token completion hangs (vLLM issue #39863) or fails with a 5xx
+    (a dead engine core: measured on the CPU build, docs/evidence.md section 5)."""
     endpoint = ctx.endpoint or {}
-    if not endpoint.get("hang"):
+    status = endpoint.get("completion_status")
+    failed = isinstance(status, int) and status >= 500
+    if endpoint.get("health_status") != 200 or not (endpoint.get("hang") or failed):
         return None
     evidence = [
         "GET %s/health -> %s" % (endpoint["base_url"], endpoint["health_status"]),
-        "POST %s/v1/chat/completions (model %s, max_tokens 1) -> no answer within %s s"
-        % (endpoint["base_url"], endpoint["model"], endpoint["timeout"]),
+        "POST %s/v1/chat/completions (model %s, max_tokens 1) -> %s" % (
+            endpoint["base_url"], endpoint["model"],
+            "no answer within %s s" % endpoint["timeout"] if endpoint.get("hang")
+            else "HTTP %s %s" % (status, (endpoint.get("completion_error") or "")[:200])),
     ]
-    evidence.extend(_evidence([hit[0] for hit in _grep(ctx.lines, [_STALL_RE])], 2))
-    cause = ("/health answers 200 but a one-token chat completion did not finish within %s s: the API server process is "
-             "alive while the engine core is dead or stuck, which /health does not see (vLLM issue #39863)."
-             % endpoint["timeout"])
+    evidence.extend(_evidence([hit[0] for hit in _grep(ctx.lines, [_STALL_RE, _ENGINE_DIED_RE])], 2))
+    if endpoint.get("hang"):
+        cause = ("/health answers 200 but a one-token chat completion did not finish within %s s: the API server process is "
+                 "alive while the engine core is dead or stuck, which /health does not see (vLLM issue #39863)."
+                 % endpoint["timeout"])
+    else:
+        cause = ("/health answers 200 but a one-token chat completion fails with HTTP %s: the API server process is alive "
+                 "while its engine core died, which /health does not see (a gateway that checks /health only keeps "
+                 "sending requests here)." % status)
     remedy = ("Restart the service (`systemctl restart %s`; loading the model again takes many minutes), then confirm "
-              "with `ansible-playbook playbooks/verify.yml`. If it recurs, the engine usually hangs in NCCL: set "
+              "with `ansible-playbook playbooks/verify.yml`; fleet.vllm.vllm_gateway's gateways take such a host out of "
+              "rotation by their completion check. If it recurs, the engine usually hangs in NCCL: set "
               "`vllm_nccl_env` with `NCCL_P2P_DISABLE: \"1\"` and run `%s --tags nccl,server`." % (ctx.unit, DEPLOY))
-    return _finding("completion_hang", evidence, cause, remedy, dict(timeout=endpoint["timeout"], model=endpoint["model"]))
+    details = dict(timeout=endpoint["timeout"], model=endpoint["model"], completion_status=status,
+                   hang=bool(endpoint.get("hang")))
+    return _finding("engine_unhealthy", evidence, cause, remedy, details)
 
 
 # ---- 9. engine core died ---------------------------------------------------------------------
@@ -654,7 +668,7 @@ def _engine_core_died(ctx):
 # ---- putting it together ---------------------------------------------------------------------
 
 _JOURNAL_RULES = (_attention_backend, _rejected_flag, _gpu_out_of_memory, _nccl, _port_in_use, _shm_leftovers,
-                  _model_files, _completion_hang)
+                  _model_files, _engine_unhealthy)
 
 
 class _Context(object):
@@ -681,7 +695,7 @@ def diagnose(journal_text, unit="vllm.service", service_user="vllm", since_last_
     findings = [finding for finding in (rule(ctx) for rule in _JOURNAL_RULES) if finding]
     # The engine core dying is the consequence of the errors above; it is the finding only when
     # none of them explains it from the journal.
-    if not any(finding["details"].get("in_journal", True) for finding in findings if finding["id"] != "completion_hang"):
+    if not any(finding["details"].get("in_journal", True) for finding in findings if finding["id"] != "engine_unhealthy"):
         died = _engine_core_died(ctx)
         if died:
             findings.append(died)

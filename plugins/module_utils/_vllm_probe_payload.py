@@ -248,7 +248,8 @@ def server_error_text(stderr_text):
     return " ".join(text.strip() for text in lines[-3:])
 
 
-def check_server_args(args, notes):
+def serve_parser(notes):
+    """vLLM's own `vllm serve` parser and its cli_args module."""
     try:
         from vllm.entrypoints.common import cli_args
     except ImportError:
@@ -258,7 +259,17 @@ def check_server_args(args, notes):
     except ImportError:
         from vllm.utils import FlexibleArgumentParser
     use_cpu_platform_if_unspecified(notes)
-    parser = cli_args.make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+    return cli_args, cli_args.make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+
+
+def known_server_flags(flags, notes):
+    """{flag: whether the installed parser has it} (flags that only some builds have)."""
+    dummy, parser = serve_parser(notes)
+    return dict((flag, flag in parser._option_string_actions) for flag in flags)
+
+
+def check_server_args(args, notes):
+    cli_args, parser = serve_parser(notes)
     validate = getattr(cli_args, "validate_parsed_serve_args", None)
     err = io.StringIO()
     try:
@@ -348,6 +359,12 @@ def main():
             except Exception as exc:
                 answer["backends"]["error"] = one_line(exc)
                 answer["backends"]["traceback"] = traceback.format_exc()[-2000:]
+
+    if question.get("server_flags"):
+        try:
+            answer["server_flags"] = known_server_flags(question["server_flags"], notes)
+        except Exception as exc:
+            answer["server_flags"] = {"error": "cannot build vLLM's argument parser: %s" % one_line(exc)}
 
     if question.get("server_args") is not None:
         try:

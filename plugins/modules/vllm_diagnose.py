@@ -32,7 +32,8 @@ description:
     CUDA out of memory, no memory for the KV cache, or a context length that does not fit;
     V(nccl) NCCL errors, collective timeouts and hangs in NCCL set-up; V(port_in_use) the port
     is taken; V(shm_leftovers) leftover files in /dev/shm; V(model_files) shards missing or
-    truncated; V(completion_hang) health answers while completions hang; V(engine_core_died)
+    truncated; V(engine_unhealthy) the engine is unhealthy behind a healthy C(/health) (a completion
+    hangs or fails with a 5xx while C(/health) answers 200); V(engine_core_died)
     the engine core died, pointing at the first error above it when nothing more specific
     matched.
   - An unknown failure gives no finding; RV(journal_tail) then holds the traceback of the first

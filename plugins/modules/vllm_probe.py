@@ -116,6 +116,14 @@ options:
       - When not set, no flags are checked and RV(server_args_accepted) is V(null).
     type: list
     elements: str
+  server_flags:
+    description:
+      - Flags that only some vLLM builds have, such as C(--shutdown-timeout) (0.33.0 has it, 0.16.0
+        not); RV(server_flags_known) says which the installed parser knows, so that a caller adds
+        them only where they exist.
+    type: list
+    elements: str
+    default: []
   environment:
     description:
       - Environment variables for the probe, on top of the module's own environment, for example
@@ -304,6 +312,11 @@ server_args_error:
   returned: always
   type: str
   sample: "vllm serve: error: unrecognized arguments: --no-such-flag"
+server_flags_known:
+  description: For each flag of O(server_flags), whether the installed vLLM's parser has it (empty when not asked or not answered).
+  returned: always
+  type: dict
+  sample: {"--shutdown-timeout": true}
 cached:
   description: Whether the answer came from O(cache_dir) instead of a run of vLLM.
   returned: always
@@ -389,6 +402,7 @@ class VllmProbe(object):
             evidence=[],
             server_args_accepted=None,
             server_args_error=None,
+            server_flags_known={},
             cached=False,
             msg="",
         )
@@ -502,6 +516,7 @@ class VllmProbe(object):
             backends=None,
             attention=attention,
             server_args=normalise_server_args(params["server_args"]) if params["server_args"] is not None else None,
+            server_flags=list(params["server_flags"]),
         )
         if capability is not None and params["method"] != "table":
             question["backends"] = list(MLA_BACKENDS if kind == "mla" else STANDARD_BACKENDS)
@@ -783,6 +798,11 @@ class VllmProbe(object):
                     % (entry["name"], kv_cache_dtype, build[0], listed[0], build[1], listed[1]))
 
     def take_server_args(self, answer):
+        flags = answer.get("server_flags") or {}
+        if "error" in flags:
+            self.evidence.append("server flags not asked: %s" % flags["error"])
+        else:
+            self.result["server_flags_known"] = dict((k, bool(v)) for k, v in flags.items())
         checked = answer.get("server_args")
         if checked is None:
             return
@@ -848,6 +868,7 @@ def main():
             compute_capability=dict(type="str"),
             attention_kind=dict(type="str", choices=["auto", "mla", "standard"], default="auto"),
             server_args=dict(type="list", elements="str"),
+            server_flags=dict(type="list", elements="str", default=[]),
             environment=dict(type="dict", default={}),
             method=dict(type="str", choices=["auto", "introspection", "table"], default="auto"),
             timeout=dict(type="int", default=300),

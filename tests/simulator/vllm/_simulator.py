@@ -21,9 +21,13 @@ vllm.entrypoints.openai.api_server`` and ``vllm serve``:
   found ...`` (text as in tests/fixtures/journal/attention-backend-fp8-sm120.txt) and exits 1;
 * otherwise the port refuses connections for FLEET_VLLM_SIM_LOAD_SECONDS (default 2: the
   "load"), then ``/health``, ``/v1/models``, ``/version``, ``/metrics`` and
-  ``/v1/chat/completions`` answer in vLLM's shapes, while a shared-memory segment
-  /dev/shm/psm_* is held as vLLM's broadcast queue holds one (removed at a clean exit); ``--api-key`` / ``VLLM_API_KEY`` guard
-  ``/v1/*`` (401 ``{"error": "Unauthorized"}``); SIGTERM (and SIGINT) end it with exit 0.
+  ``/v1/chat/completions`` answer in vLLM's shapes, and so do SageMaker's ``/ping`` and
+  ``/invocations`` (a chat request), while a shared-memory segment /dev/shm/psm_* is held as
+  vLLM's broadcast queue holds one (removed at a clean exit); ``--api-key`` / ``VLLM_API_KEY``
+  guard ``/v1``, ``/v2``, ``/inference`` and ``/cohere`` as vLLM 0.33.0 does (401
+  ``{"error": "Unauthorized"}``), so ``/invocations`` runs without the key, as in vLLM; SIGTERM
+  (and SIGINT) end it with exit 0, after the requests in flight finished when
+  ``--shutdown-timeout`` is more than 0 (vLLM's "drain"), at once otherwise ("abort").
 
 Where it differs from vLLM: no model is loaded and nothing is computed. Completions are a
 fixed sentence cut to ``max_tokens`` words (a word counts as a token); usage counts words.
@@ -68,6 +72,15 @@ LOAD_SECONDS_ENV = "FLEET_VLLM_SIM_LOAD_SECONDS"
 #   exit: the engine dies while loading the weights (exit 1), as on a CUDA out-of-memory error.
 FAULT_ENV = "FLEET_VLLM_SIM_FAULT"
 FAULTS = ("", "dead", "hung", "exit")
+# A test control, not something vLLM has: a running simulator reads this file on every request
+# (its content: dead, hung, or nothing), so that a test can break the engine of a serving host
+# without a restart, as an engine dies or hangs under a running API server. It wins over
+# FLEET_VLLM_SIM_FAULT while it exists; removing it heals the engine.
+FAULT_FILE_ENV = "FLEET_VLLM_SIM_FAULT_FILE"
+FAULT_FILE_DEFAULT = "/run/fleet-vllm-simulator/fault"
+# The path prefixes vLLM 0.33.0's --api-key guards (entrypoints/serve/middleware/authenticate.py);
+# everything else, /invocations and /ping among them, answers without the key.
+GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
 REPLY = "This is a simulated reply from the fleet.vllm test engine, not from a model."
 PID = os.getpid()
 
@@ -308,6 +321,17 @@ class State(object):
         self.generation_tokens = 0
         self.finished = {"stop": 0, "length": 0}
         self.fault = os.environ.get(FAULT_ENV, "")
+        self.fault_file = os.environ.get(FAULT_FILE_ENV) or FAULT_FILE_DEFAULT
+        self.active = 0
+
+    def current_fault(self):
+        """The fault file's word while it exists (a test switched the engine), else the unit's."""
+        try:
+            with open(self.fault_file, encoding="utf-8") as handle:
+                word = handle.read().strip()
+        except OSError:
+            return self.fault
+        return word if word in ("dead", "hung") else ""
 
 
 def _words(value):
@@ -341,8 +365,29 @@ class Handler(BaseHTTPRequestHandler):
         access_log('%s:%d - "%s %s HTTP/1.1" %d %s' % (
             self.client_address[0], self.client_address[1], self.command, self.path, status, reason))
 
+    def parse_request(self):
+        # Requests in flight, for --shutdown-timeout (a SIGTERM waits for them): counted once the
+        # request line is read, so that an idle keep-alive connection is not one.
+        parsed = BaseHTTPRequestHandler.parse_request(self)
+        if parsed:
+            with self.state.lock:
+                self.state.active += 1
+            self._counted = True
+        return parsed
+
+    def handle_one_request(self):
+        self._counted = False
+        try:
+            BaseHTTPRequestHandler.handle_one_request(self)
+        finally:
+            if self._counted:
+                with self.state.lock:
+                    self.state.active -= 1
+
     def _authorized(self):
-        if not self.state.api_keys or not self.path.startswith("/v1"):
+        path = self.path.split("?", 1)[0]
+        guarded = any(path == prefix or path.startswith(prefix + "/") for prefix in GUARDED_PREFIXES)
+        if not self.state.api_keys or not guarded:
             return True
         header = self.headers.get("Authorization", "")
         if header.startswith("Bearer ") and header[len("Bearer "):] in self.state.api_keys:
@@ -359,7 +404,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(405, {"detail": "Method Not Allowed"})
         if not self._authorized():
             return None
-        if path == "/health":
+        if path in ("/health", "/ping"):  # /ping: SageMaker's health route, the same answer
             return self._send(200, b"")
         if path == "/version":
             return self._send(200, {"version": __version__})
@@ -412,9 +457,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         path = self.path.split("?", 1)[0]
+        if path == "/ping":
+            return self._send(200, b"")
         if path in ("/health", "/version", "/metrics", "/v1/models"):
             return self._send(405, {"detail": "Method Not Allowed"})
-        if path != "/v1/chat/completions":
+        if path not in ("/v1/chat/completions", "/invocations"):
             return self._send(404, {"detail": "Not Found"})
         if not self._authorized():
             return None
@@ -423,14 +470,21 @@ class Handler(BaseHTTPRequestHandler):
             request = json.loads(self.rfile.read(length).decode("utf-8") or "null")
         except ValueError as exc:
             return self._error(400, "BadRequestError", "JSON decode error: %s" % exc)
+        if path == "/invocations" and not (isinstance(request, dict) and isinstance(request.get("messages"), list)):
+            # vLLM 0.33.0 (entrypoints/serve/sagemaker/api_router.py) tries each request type in turn
+            # and answers 400 when none validates; a text completion (prompt) would be served by
+            # vLLM, which the simulator does not imitate (no /v1/completions).
+            return self._error(400, "BadRequestError", "Cannot find suitable handler for request. Expected one of: "
+                               "['ChatCompletionRequest', 'CompletionRequest']")
         if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
             return self._error(400, "BadRequestError", "messages: Field required", "messages")
-        if self.state.fault == "dead":
+        fault = self.state.current_fault()
+        if fault == "dead":
             log("ERROR", "core.py:907", "EngineCore encountered a fatal error. (fault %s=dead of the test simulator)"
                 % FAULT_ENV, proc="EngineCore_DP0", pid=PID + 1)
             return self._error(500, "InternalServerError",
                                "EngineCore encountered an issue. See stack trace (above) for the root cause.")
-        if self.state.fault == "hung":
+        if fault == "hung":
             log("WARNING", "core.py:213", "EngineCore is not answering (fault %s=hung of the test simulator)" % FAULT_ENV,
                 proc="EngineCore_DP0", pid=PID + 1)
             time.sleep(3600)
@@ -532,7 +586,7 @@ def serve(args, state):
     log("INFO", "api_server.py:1344", "Starting vLLM API server 0 on http://%s:%d" % (host, port))
     log("INFO", "launcher.py:38", "Available routes are:")
     for route, methods in (("/health", "GET"), ("/version", "GET"), ("/metrics", "GET"), ("/v1/models", "GET"),
-                           ("/v1/chat/completions", "POST")):
+                           ("/v1/chat/completions", "POST"), ("/ping", "GET, POST"), ("/invocations", "POST")):
         log("INFO", "launcher.py:46", "Route: %s, Methods: %s" % (route, methods))
     access_log("Started server process [%d]" % PID)
     access_log("Waiting for application startup.")
@@ -542,7 +596,19 @@ def serve(args, state):
     except Terminate:
         pass
     finally:
+        # The listening socket closes first: new connections are refused from here on.
         httpd.server_close()
+    # --shutdown-timeout N (vLLM 0.33.0, entrypoints/launchers/launcher.py): "drain" lets the
+    # requests in flight finish for up to N seconds; 0 ("abort", the default) drops them.
+    timeout = _int_of(getattr(args, "shutdown_timeout", None), 0) or 0
+    log("INFO", "launcher.py:271", "[shutdown] API server: stopping engine client mode=%s timeout=%ss"
+        % ("abort" if timeout == 0 else "drain", timeout))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with state.lock:
+            if state.active == 0:
+                break
+        time.sleep(0.05)
     access_log("Shutting down")
     access_log("Waiting for application shutdown.")
     access_log("Application shutdown complete.")

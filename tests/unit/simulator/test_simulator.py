@@ -391,3 +391,103 @@ def test_engine_holds_a_shared_memory_segment_while_it_serves(new_venv, tmp_path
         rc, out, err = server.stop()
     assert rc == 0, err
     assert list(shm.iterdir()) == []
+
+
+# ---- what the gateway relies on: SageMaker's routes, the faults, --shutdown-timeout -------------
+
+
+CHAT = {"messages": [{"role": "user", "content": "Say hello"}], "max_tokens": 3}
+
+
+def test_invocations_runs_a_chat_completion_without_the_key_as_vllm_does(new_venv):
+    """vLLM 0.33.0's --api-key guards /v1, /v2, /inference and /cohere only: SageMaker's
+    /invocations (and /ping) answer without it; a body no request type takes is a 400."""
+    server = Server(new_venv, FIXTURES / "models" / "bf16-kv", ["--api-key", "k1"], FLEET_VLLM_SIM_LOAD_SECONDS="0")
+    try:
+        server.wait_ready()
+        assert server.request("POST", "/v1/chat/completions", CHAT)[0] == 401
+        status, dummy, body = server.request("POST", "/invocations", CHAT)
+        assert status == 200, body
+        assert json.loads(body)["object"] == "chat.completion"
+        assert json.loads(body)["choices"][0]["finish_reason"] == "length"
+        status, dummy, body = server.request("POST", "/invocations", {"nothing": 1})
+        assert status == 400 and "Cannot find suitable handler" in body
+        assert server.request("GET", "/ping")[0] == 200
+        assert server.request("POST", "/ping")[0] == 200
+        assert server.request("GET", "/v1x")[0] == 404  # not under /v1: not guarded, not a route
+    finally:
+        rc, dummy, err = server.stop()
+    assert rc == 0, err
+
+
+def test_fault_file_switches_a_running_engine_to_dead_and_hung_and_back(new_venv, tmp_path):
+    fault = tmp_path / "fault"
+    server = Server(new_venv, FIXTURES / "models" / "bf16-kv", FLEET_VLLM_SIM_LOAD_SECONDS="0",
+                    FLEET_VLLM_SIM_FAULT_FILE=str(fault))
+    try:
+        server.wait_ready()
+        assert server.request("POST", "/v1/chat/completions", CHAT)[0] == 200
+        fault.write_text("dead\n")
+        status, dummy, body = server.request("POST", "/v1/chat/completions", CHAT)
+        assert status == 500 and "EngineCore encountered an issue" in body
+        assert server.request("GET", "/health")[0] == 200
+        fault.write_text("hung\n")
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=2)
+        conn.request("POST", "/invocations", body=json.dumps(CHAT), headers={"Content-Type": "application/json"})
+        with pytest.raises(socket.timeout):
+            conn.getresponse()
+        conn.close()
+        assert server.request("GET", "/health")[0] == 200
+        fault.unlink()
+        assert server.request("POST", "/v1/chat/completions", CHAT)[0] == 200
+    finally:
+        server.proc.kill()
+        server.proc.communicate(timeout=60)
+
+
+@pytest.mark.parametrize("timeout, finishes", [("5", True), ("0", False)])
+def test_shutdown_timeout_lets_requests_in_flight_finish(new_venv, tmp_path, timeout, finishes):
+    """A request in flight when SIGTERM arrives: with --shutdown-timeout 5 the server stops
+    taking new connections and waits for it (here it never ends: the hung fault), exiting after
+    the timeout; with 0 it exits at once."""
+    fault = tmp_path / "fault"
+    server = Server(new_venv, FIXTURES / "models" / "bf16-kv", ["--shutdown-timeout", timeout],
+                    FLEET_VLLM_SIM_LOAD_SECONDS="0", FLEET_VLLM_SIM_FAULT_FILE=str(fault))
+    server.wait_ready()
+    fault.write_text("hung")
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    conn.request("POST", "/v1/chat/completions", body=json.dumps(CHAT), headers={"Content-Type": "application/json"})
+    time.sleep(0.5)
+    started = time.monotonic()
+    server.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    with pytest.raises(ConnectionRefusedError):
+        server.request("GET", "/health")
+    out, err = server.proc.communicate(timeout=60)  # not stop(): a second SIGTERM ends the wait
+    rc = server.proc.returncode
+    waited = time.monotonic() - started
+    conn.close()
+    assert rc == 0, err
+    assert "mode=%s timeout=%ss" % ("drain" if finishes else "abort", timeout) in out
+    if finishes:
+        assert waited >= 4.5, waited
+    else:
+        assert waited < 4.5, waited
+
+
+@pytest.mark.parametrize("build", ["old", "new"])
+def test_collection_probe_says_which_builds_have_shutdown_timeout(build, old_venv, new_venv):
+    """fleet.vllm.vllm_probe's server_flags: vLLM 0.33.0's parser has --shutdown-timeout, the
+    0.16 nightly's not (the flag lists come from the real parsers), so vllm_server passes it only
+    to the former."""
+    sys.path.insert(0, str(ROOT / "collections"))
+    try:
+        from ansible_collections.fleet.vllm.plugins.module_utils._vllm_probe_payload import PAYLOAD
+    finally:
+        sys.path.pop(0)
+    venv = new_venv if build == "new" else old_venv
+    question = {"server_flags": ["--shutdown-timeout", "--no-such-flag"], "server_args": [str(KIMI)]}
+    proc = subprocess.run([str(venv / "bin" / "python"), "-c", PAYLOAD], input=json.dumps(question),
+                          capture_output=True, text=True, env=sim_env(), timeout=30, check=False)
+    answer = json.loads(proc.stdout)
+    assert answer["server_flags"] == {"--shutdown-timeout": build == "new", "--no-such-flag": False}

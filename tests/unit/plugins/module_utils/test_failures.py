@@ -348,7 +348,7 @@ def test_model_check_problems_make_a_finding():
 
 def test_endpoint_hang_and_dead_engine():
     hang = dict(checked=True, base_url="http://127.0.0.1:8000", health_status=200, model="kimi-k2.5", timeout=5, hang=True)
-    finding = only(diagnose(journal("healthy.txt"), endpoint=hang)["findings"], "completion_hang")
+    finding = only(diagnose(journal("healthy.txt"), endpoint=hang)["findings"], "engine_unhealthy")
     assert finding["evidence"][:2] == [
         "GET http://127.0.0.1:8000/health -> 200",
         "POST http://127.0.0.1:8000/v1/chat/completions (model kimi-k2.5, max_tokens 1) -> no answer within 5 s",
@@ -360,15 +360,37 @@ def test_endpoint_hang_and_dead_engine():
     assert died["evidence"] == ["GET http://127.0.0.1:8000/health -> 503"]
 
 
+def test_dead_engine_behind_a_healthy_health_names_the_endpoint_and_the_journal():
+    """/health 200 and a completion answering 500 (the real CPU engine with an FP8 KV cache on an
+    MLA model, docs/evidence.md section 5): the endpoint's two answers and the journal's engine
+    lines are the evidence; the journal's own finding (the engine core died) stays."""
+    dead = dict(checked=True, base_url="http://127.0.0.1:8000", health_status=200, model="kimi-k2.5", timeout=5,
+                hang=False, completion_status=500, completion_error="HTTP 500: EngineCore encountered an issue.")
+    found = diagnose(journal("engine-core-died.txt"), endpoint=dead)["findings"]
+    finding = only(found, "engine_unhealthy")
+    assert finding["title"] == "Engine unhealthy behind a healthy /health"
+    assert finding["evidence"][:2] == [
+        "GET http://127.0.0.1:8000/health -> 200",
+        "POST http://127.0.0.1:8000/v1/chat/completions (model kimi-k2.5, max_tokens 1) -> HTTP 500 "
+        "HTTP 500: EngineCore encountered an issue.",
+    ]
+    assert len(finding["evidence"]) > 2, "no journal line as evidence"
+    assert "fails with HTTP 500" in finding["cause"] and finding["details"]["hang"] is False
+    assert "engine_core_died" in [f["id"] for f in found]
+    # A healthy endpoint, or a /health that already says 503, is not this finding.
+    for endpoint in (dict(dead, completion_status=200, completion_error=None), dict(dead, health_status=503)):
+        assert "engine_unhealthy" not in [f["id"] for f in diagnose(journal("engine-core-died.txt"), endpoint=endpoint)["findings"]]
+
+
 def test_catalogue_is_complete_and_ordered():
     ids = [fid for fid, dummy in CATALOGUE]
     assert ids == ["attention_backend", "rejected_flag", "gpu_out_of_memory", "nccl", "port_in_use", "shm_leftovers",
-                   "model_files", "completion_hang", "engine_core_died"]
+                   "model_files", "engine_unhealthy", "engine_core_died"]
     assert all(title for dummy, title in CATALOGUE)
     every = set()
     for name in sorted(p.name for p in JOURNAL.glob("*.txt")):
         every.update(finding["id"] for finding in diagnose(journal(name))["findings"])
-    assert every == set(ids) - {"completion_hang"}
+    assert every == set(ids) - {"engine_unhealthy"}
 
 
 def test_prefixes_are_read():

@@ -398,8 +398,8 @@ def test_health_answers_but_completion_hangs(run_module, tmp_path, vllm_http):
     assert endpoint["completion_status"] is None
     assert endpoint["completion_error"] == "no answer within 2 s"
     assert 2 <= endpoint["completion_seconds"] < 10
-    assert ids(run) == ["completion_hang"]
-    finding = only(run, "completion_hang")
+    assert ids(run) == ["engine_unhealthy"]
+    finding = only(run, "engine_unhealthy")
     assert finding["evidence"] == [
         "GET %s/health -> 200" % base_url,
         "POST %s/v1/chat/completions (model kimi-k2.5, max_tokens 1) -> no answer within 2 s" % base_url,

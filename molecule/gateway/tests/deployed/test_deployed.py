@@ -1,0 +1,75 @@
+"""After deploy.yml and its rerun: vLLM on loopback behind a front door that asks for the key on
+every path, a gateway that balances across the front doors, and a rerun that reloaded nothing."""
+
+import json
+import os
+
+import fleet_hosts as fleet
+import gateway_hosts as gw
+
+testinfra_hosts = fleet.testinfra_hosts()
+PATHS = [("GET", "/v1/models"), ("POST", "/v1/chat/completions"), ("POST", "/invocations")]
+
+
+def test_rerun_did_not_reload_or_rewrite_haproxy():
+    with open(os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "gateway-record.json"), encoding="utf-8") as handle:
+        record = json.load(handle)
+    for name, before in record.items():
+        assert gw.haproxy_processes(name) == before["processes"], f"HAProxy on {name} was reloaded or restarted"
+        assert gw.exec_in(name, ["stat", "-c", "%i %Y %a %U:%G", gw.CONFIG]).strip() == before["config"]
+
+
+def test_haproxy_config_holds_the_key_and_is_not_world_readable():
+    for name in fleet.instances() + [gw.gateway()]:
+        mode_owner = gw.exec_in(name, ["stat", "-c", "%a %U:%G", gw.CONFIG]).split()
+        assert mode_owner == ["640", "root:haproxy"], (name, mode_owner)
+        assert fleet.api_key() not in " ".join(gw.haproxy_processes(name).values()), "the key is on HAProxy's argv"
+
+
+def test_vllm_listens_on_loopback_only_and_haproxy_on_the_network(host):
+    listening = [line.split()[3] for line in host.check_output("ss -Htln").splitlines()]
+    assert [a for a in listening if a.endswith(":%d" % fleet.PORT)] == ["127.0.0.1:%d" % fleet.PORT], listening
+    assert [a for a in listening if a.endswith(":%d" % fleet.FRONTDOOR_PORT)] == ["0.0.0.0:%d" % fleet.FRONTDOOR_PORT], listening
+    assert host.socket("tcp://0.0.0.0:%d" % fleet.FRONTDOOR_PORT).is_listening
+
+
+def test_from_another_host_the_engine_is_unreachable_and_every_path_needs_the_key():
+    lb, body = gw.gateway(), gw.chat_body()
+    asks = []
+    for name in fleet.instances():
+        asks.append((name, fleet.PORT, "GET", "/health", "", ""))
+        asks += [(name, fleet.FRONTDOOR_PORT, method, path, "", body if method == "POST" else "") for method, path in PATHS]
+        asks += [(name, fleet.FRONTDOOR_PORT, "GET", "/nowhere", "", "")]
+    asks += [("127.0.0.1", 8080, method, path, "", body if method == "POST" else "") for method, path in PATHS]
+    answers = gw.requests_from(lb, asks)
+    for ask, (status, text) in zip(asks, answers):
+        if ask[1] == fleet.PORT:
+            assert status == 0 and "ConnectionRefused" in text, (ask, status, text)
+        else:
+            assert status == 401, (ask, status, text)
+            assert json.loads(text) == {"error": "Unauthorized"}
+
+
+def test_with_the_key_the_gateway_serves_and_forwards_only_the_allowed_paths():
+    lb, key, body = gw.gateway(), fleet.api_key(), gw.chat_body()
+    asks = [("127.0.0.1", 8080, "GET", "/v1/models", key, ""), ("127.0.0.1", 8080, "POST", "/v1/chat/completions", key, body),
+            ("127.0.0.1", 8080, "POST", "/invocations", key, body), ("127.0.0.1", 8080, "GET", "/metrics", key, ""),
+            ("127.0.0.1", 8080, "GET", "/v1/models", key + "x", "")]
+    (models, chat, invocations, metrics, wrong) = gw.requests_from(lb, asks)
+    assert models[0] == 200 and fleet.served_name() in models[1]
+    assert chat[0] == 200 and json.loads(chat[1])["choices"][0]["message"]["content"]
+    assert invocations[0] == 404 and metrics[0] == 404, (invocations, metrics)
+    assert wrong[0] == 401
+    # Through the gateway's port published on this machine's loopback too.
+    base = "http://" + fleet.published(lb)
+    status, text = fleet.chat(base, key, fleet.served_name())
+    assert status == 200, text
+
+
+def test_the_gateway_balances_across_every_front_door_and_checks_them_up():
+    rows = gw.stat(gw.gateway())
+    servers = {r["svname"]: r for r in rows if r["pxname"] == gw.BACKEND and r["svname"] not in ("FRONTEND", "BACKEND")}
+    assert sorted(servers) == fleet.instances()
+    for name, r in servers.items():
+        assert r["status"] == "UP", (name, r["status"], r["check_status"], r["last_chk"])
+        assert r["check_status"] == "L7OK", (name, r["check_status"])

@@ -1,0 +1,116 @@
+"""Side effects of the gateway scenario (test helper): traffic through the gateway while something
+happens, with HAProxy's own counters before and after.
+
+    python traffic.py roll -- playbooks/deploy.yml -e vllm_runtime_version=0.33.0
+        the bounded client (molecule/shared/traffic_client.py) runs inside the gateway host
+        against 127.0.0.1:8080 while molecule/shared/run_playbook.py runs the deploy;
+    python traffic.py hang
+        hangs the first fleet host's engine (the simulator's fault file), times how long the
+        gateway keeps it in rotation, sends requests through the gateway once it left, heals it
+        and times its return.
+
+Writes $MOLECULE_EPHEMERAL_DIRECTORY/gateway-<name>.json for the verify step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHARED = os.path.join(os.path.dirname(HERE), "shared")
+sys.path.insert(0, SHARED)
+
+import fleet_hosts as fleet  # noqa: E402
+import gateway_hosts as gw  # noqa: E402
+
+CLIENT = "/root/traffic_client.py"
+STOP = "/tmp/traffic-stop"
+
+
+def counters(lb):
+    rows = gw.stat(lb)
+    front = gw.row(rows, "fleet_vllm", "FRONTEND")
+    servers = {r["svname"]: {k: r[k] for k in ("status", "scur", "stot", "hrsp_5xx", "econ", "eresp", "wretr", "wredis")}
+               for r in rows if r["pxname"] == gw.BACKEND and r["svname"] not in ("FRONTEND", "BACKEND")}
+    return {"frontend": {k: int(front[k] or 0) for k in ("req_tot", "hrsp_2xx", "hrsp_4xx", "hrsp_5xx")},
+            "servers": servers}
+
+
+def start_client(lb, requests, seconds):
+    subprocess.run(["podman", "cp", os.path.join(SHARED, "traffic_client.py"), "%s:%s" % (lb, CLIENT)], check=True)
+    gw.exec_in(lb, ["rm", "-f", STOP])
+    env = dict(os.environ, TRAFFIC_KEY=fleet.api_key())
+    # The key goes through the environment (podman exec --env NAME takes the value from it), not argv.
+    return subprocess.Popen(
+        ["podman", "exec", "--env", "TRAFFIC_KEY", lb, "sh", "-c",
+         'exec python3 %s --url http://127.0.0.1:8080 --model "$0" --requests "$1" --seconds "$2" '
+         '--stop-file %s --workers 4 --pause 0.05' % (CLIENT, STOP), fleet.served_name(), str(requests), str(seconds)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def finish_client(lb, proc, stop=True):
+    """The client's counts; with stop, it is told to stop first, else it ends at its own bound."""
+    if stop:
+        gw.exec_in(lb, ["touch", STOP])
+    out, err = proc.communicate(timeout=300)
+    if proc.returncode != 0:
+        raise SystemExit("traffic client failed: %s" % err)
+    return json.loads(out)
+
+
+def wait_status(lb, server, predicate, timeout):
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        status = gw.row(gw.stat(lb), gw.BACKEND, server)["status"]
+        if predicate(status):
+            return round(time.monotonic() - started, 2), status
+        time.sleep(0.5)
+    return None, status
+
+
+def roll(playbook_args):
+    lb = gw.gateway()
+    before = counters(lb)
+    bounds = {"requests": 1000000, "seconds": 1500}
+    client = start_client(lb, **bounds)
+    time.sleep(2)
+    rc = subprocess.run([sys.executable, os.path.join(SHARED, "run_playbook.py"), "gateway-roll", "--expect", "ok", "--"]
+                        + playbook_args, check=False).returncode
+    time.sleep(2)
+    result = finish_client(lb, client)
+    return {"rc": rc, "client": result, "bounds": bounds, "before": before, "after": counters(lb)}
+
+
+def hang():
+    lb = gw.gateway()
+    victim = fleet.instances()[0]
+    for name in fleet.instances():
+        seconds, status = wait_status(lb, name, lambda s: s.startswith("UP"), 120)
+        assert seconds is not None, "%s is not UP at the gateway before the test: %s" % (name, status)
+    before = counters(lb)
+    gw.exec_in(victim, ["sh", "-c", "mkdir -p %s && echo hung > %s" % (os.path.dirname(gw.FAULT_FILE), gw.FAULT_FILE)])
+    left_after, status_down = wait_status(lb, victim, lambda s: s.startswith("DOWN"), 120)
+    client = finish_client(lb, start_client(lb, requests=60, seconds=120), stop=False) if left_after is not None else None
+    middle = counters(lb)
+    gw.exec_in(victim, ["rm", "-f", gw.FAULT_FILE])
+    back_after, status_up = wait_status(lb, victim, lambda s: s.startswith("UP"), 120)
+    return {"victim": victim, "left_after": left_after, "status_down": status_down, "client": client,
+            "back_after": back_after, "status_up": status_up, "before": before, "middle": middle, "after": counters(lb)}
+
+
+def main():
+    name = sys.argv[1]
+    result = roll(sys.argv[sys.argv.index("--") + 1:]) if name == "roll" else hang()
+    with open(os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "gateway-%s.json" % name), "w",
+              encoding="utf-8") as handle:
+        json.dump(result, handle, indent=1)
+    print(json.dumps(result, indent=1))
+    return 0 if name == "hang" or result["rc"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

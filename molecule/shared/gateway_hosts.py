@@ -1,0 +1,88 @@
+"""Helpers of the gateway scenario (test helper, not part of the collection): HAProxy's runtime API
+and HTTP from inside a test host, through ``podman exec`` (the containers are on the test
+network; nothing leaves this machine).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+
+import fleet_hosts as fleet
+
+SOCKET = "/run/haproxy/admin.sock"
+CONFIG = "/etc/haproxy/haproxy.cfg"
+BACKEND = "fleet_vllm"
+FAULT_FILE = "/run/fleet-vllm-simulator/fault"
+# The role's defaults (roles/vllm_gateway/defaults/main.yml), which the scenario keeps.
+CHECK_INTERVAL, CHECK_TIMEOUT, CHECK_FALL, CHECK_RISE = 5, 10, 2, 2
+# "A dead or hung engine leaves rotation within fall x (interval + timeout) seconds" (the README).
+LEAVE_BOUND = CHECK_FALL * (CHECK_INTERVAL + CHECK_TIMEOUT)
+
+_RUNTIME = r"""
+import socket, sys
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(sys.argv[2].encode() + b"\n")
+out = b""
+while True:
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    out += chunk
+sys.stdout.write(out.decode())
+"""
+
+_HTTP = r"""
+import http.client, json, sys
+out = []
+for host, port, method, path, key, body in json.loads(sys.argv[1]):
+    try:
+        c = http.client.HTTPConnection(host, port, timeout=10)
+        h = {"Content-Type": "application/json"}
+        if key:
+            h["Authorization"] = "Bearer " + key
+        c.request(method, path, body=body or None, headers=h)
+        r = c.getresponse()
+        out.append([r.status, r.read().decode("utf-8", "replace")[:20000]])
+    except OSError as e:
+        out.append([0, "%s: %s" % (type(e).__name__, e)])
+print(json.dumps(out))
+"""
+
+
+def gateway():
+    return fleet.instances("vllm_gateways")[0]
+
+
+def exec_in(name, argv, **kwargs):
+    return subprocess.run(["podman", "exec", name] + list(argv), check=True, capture_output=True, text=True, **kwargs).stdout
+
+
+def runtime(name, command):
+    """HAProxy's runtime API answer on host NAME."""
+    return exec_in(name, ["python3", "-c", _RUNTIME, SOCKET, command])
+
+
+def stat(name):
+    """show stat as a list of dicts (proxy, server, status, scur, hrsp_5xx, ...)."""
+    return list(csv.DictReader(io.StringIO(runtime(name, "show stat").lstrip("# "))))
+
+
+def row(rows, proxy, server):
+    return next(r for r in rows if r["pxname"] == proxy and r["svname"] == server)
+
+
+def requests_from(name, requests):
+    """[(status, body)] of HTTP requests sent from inside host NAME: (host, port, method, path, key, body)."""
+    return json.loads(exec_in(name, ["python3", "-c", _HTTP, json.dumps(requests)]))
+
+
+def haproxy_processes(name):
+    """{pid: command} of the HAProxy processes on host NAME (a reload starts new workers)."""
+    out = exec_in(name, ["ps", "-C", "haproxy", "-o", "pid=,args="])
+    return {line.split(None, 1)[0]: line.split(None, 1)[1] for line in out.splitlines() if line.strip()}
+
+
+def chat_body():
+    return json.dumps({"model": fleet.served_name(), "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
