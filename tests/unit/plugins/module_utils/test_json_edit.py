@@ -74,8 +74,8 @@ def test_the_edit_records_the_neighbours_and_the_text():
 def test_the_only_member_leaves_the_braces():
     doc = '{"q": { "kv_cache_quant_algo" : "FP8" }, "x": 1}'
     text, edit = cut(doc, ["q"], "kv_cache_quant_algo")
-    assert (text, edit) == ('{"q": {}, "x": 1}', dict(prev_key=None, next_key=None, kind="only",
-                                                       text=' "kv_cache_quant_algo" : "FP8" '))
+    assert (text, edit) == (
+        '{"q": {}, "x": 1}', dict(prev_key=None, next_key=None, kind="only", text=' "kv_cache_quant_algo" : "FP8" '))
     assert splice(text, ["q"], "kv_cache_quant_algo", edit) == doc
 
 

@@ -46,8 +46,8 @@ def test_a_value_of_no_json_type_is_named_by_its_type():
 
 def test_declarations_of_hf_quant_config():
     doc = {"kv_cache_quant_algo": "FP8", "quantization": {"kv_cache_quant_algo": "FP8", "kv_cache_scheme": None}}
-    assert list(declaration_sites("hf_quant_config.json", doc)) == [([], "kv_cache_quant_algo"),
-                                                                   (["quantization"], "kv_cache_quant_algo")]
+    assert list(declaration_sites("hf_quant_config.json", doc)) == [
+        ([], "kv_cache_quant_algo"), (["quantization"], "kv_cache_quant_algo")]
     assert list(declaration_sites("hf_quant_config.json", None)) == []
     assert list(declaration_sites("config.json", {"quantization_config": {}})) == []
 

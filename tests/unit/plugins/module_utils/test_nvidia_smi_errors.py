@@ -80,8 +80,9 @@ VERSION = "nvidia-smi --version output"
 @pytest.mark.parametrize("text, expected", [
     ("Segmentation fault\n", (VERSION, "expected KEY : VALUE", "Segmentation fault", None,
                               "nvidia-smi --version output 'Segmentation fault': expected KEY : VALUE")),
-    ("\n  NVML version : 590.48\n", (VERSION, "no 'NVIDIA-SMI version' line", "NVML version : 590.48", None,
-                                    "nvidia-smi --version output 'NVML version : 590.48': no 'NVIDIA-SMI version' line")),
+    ("\n  NVML version : 590.48\n", (
+        VERSION, "no 'NVIDIA-SMI version' line", "NVML version : 590.48", None,
+        "nvidia-smi --version output 'NVML version : 590.48': no 'NVIDIA-SMI version' line")),
     ("", (VERSION, "no 'NVIDIA-SMI version' line", "", None, "nvidia-smi --version output: no 'NVIDIA-SMI version' line")),
 ], ids=["not-key-value", "no-smi-line", "empty"])
 def test_version_errors_in_full(text, expected):
@@ -147,10 +148,9 @@ def test_topology_header_errors_in_full():
         TOPO, "expected the header row, tab-separated, starting with GPU0", "Failed to initialize NVML", 1,
         "nvidia-smi topo -m output line 1 'Failed to initialize NVML': expected the header row, tab-separated, starting "
         "with GPU0")
-    assert error_of(parse_topology, "\n\n") == (TOPO, "no header row naming GPU0", "", None,
-                                                 "nvidia-smi topo -m output: no header row naming GPU0")
-    assert error_of(parse_topology, "") == (TOPO, "no header row naming GPU0", "", None,
-                                             "nvidia-smi topo -m output: no header row naming GPU0")
+    no_header = (TOPO, "no header row naming GPU0", "", None, "nvidia-smi topo -m output: no header row naming GPU0")
+    assert error_of(parse_topology, "\n\n") == no_header
+    assert error_of(parse_topology, "") == no_header
     header = "\tGPU0\tGPU1\tGPU2\tCPU Affinity"
     rows = [ROWS[0], ROWS[2]]
     assert error_of(parse_topology, topo(rows, header, "\n")) == (
