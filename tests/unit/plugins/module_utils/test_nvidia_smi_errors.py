@@ -170,8 +170,8 @@ def test_a_header_without_the_leading_tab_is_read():
 
 
 def test_the_nic_legend_is_read_after_the_matrix():
-    text = ("\tGPU0\tNIC0\tCPU Affinity\n" "GPU0\t X \tPHB\t0-7\n" "NIC0\tPHB\t X \t\n" "\nLegend:\n\n  X    = Self\n"
-            "\nNIC Legend:\n\n  NIC0: mlx5_0\n")
+    text = "".join(["\tGPU0\tNIC0\tCPU Affinity\n", "GPU0\t X \tPHB\t0-7\n", "NIC0\tPHB\t X \t\n",
+                    "\nLegend:\n\n  X    = Self\n", "\nNIC Legend:\n\n  NIC0: mlx5_0\n"])
     assert parse_topology(text) == dict(
         devices=["GPU0", "NIC0"], matrix={"GPU0": {"GPU0": "X", "NIC0": "PHB"}, "NIC0": {"GPU0": "PHB", "NIC0": "X"}},
         affinity={"GPU0": {"CPU Affinity": "0-7"}, "NIC0": {}}, nics={"NIC0": "mlx5_0"})
