@@ -88,7 +88,7 @@ def test_rendered_unit_passes_systemd_analyze_verify(tmp_path):
         'ExecStart=%s -m vllm.entrypoints.openai.api_server --model "/srv/models/Kimi K2.5 100%%%%" '
         "--tensor-parallel-size 8 --tool-call-parser kimi_k2 --reasoning-parser kimi_k2 "
         "--enable-auto-tool-choice --trust-remote-code --served-model-name nvidia/Kimi-K2.5-NVFP4 "
-        '--host 0.0.0.0 --port 8000 --hf-overrides "{\\"note\\":\\"a $$b\\"}"' % python)
+        '--host 127.0.0.1 --port 8000 --hf-overrides "{\\"note\\":\\"a $$b\\"}"' % python)
     assert "--disable-log-requests" not in text and "api-key" not in text
     assert "ExecStartPre=+/usr/bin/python3 /usr/local/libexec/fleet-vllm/cleanup vllm /dev/shm" in text
     # The sandbox (README "Sandbox"): writable only the home, a private /tmp and /dev/shm; the GPUs' devices only.
