@@ -1,8 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) 2026, fleet.vllm developers
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Directories with an owner, a group and a mode, made or mended in place: fleet.vllm.managed_files
-and fleet.vllm.vllm_venv (its directory of venvs) share them."""
+"""Directories and files with an owner, a group and a mode: fleet.vllm.managed_files makes or mends
+them, fleet.vllm.vllm_venv (its directory of venvs) the directories, and fleet.vllm.host_state tells
+whether they are already as asked (``out_of_place``), with the same argument spec and the same
+comparison, so that a role can skip the write when its look finds everything in place."""
 
 from __future__ import annotations
 
@@ -11,9 +13,25 @@ import os
 import pwd
 import stat
 
+from ansible.module_utils.common.text.converters import to_bytes, to_native
+
 
 class Failure(Exception):
     pass
+
+
+_OWNER_OPTIONS = dict(owner=dict(type="str", default="root"), group=dict(type="str", default="root"))
+
+# The argument spec of managed_files' directories and files (host_state's managed_directories and
+# managed_files): the documentation is the doc fragment fleet.vllm.managed_paths.
+DIRECTORIES_SPEC = dict(type="list", elements="dict", default=[], options=dict(
+    path=dict(type="path", required=True), mode=dict(type="str", required=True), **_OWNER_OPTIONS))
+FILES_SPEC = dict(type="list", elements="dict", default=[], options=dict(
+    path=dict(type="path", required=True), content=dict(type="str"),
+    secret_content=dict(type="str", no_log=True), src=dict(type="path"), mode=dict(type="str", required=True),
+    validate=dict(type="str"), **_OWNER_OPTIONS),
+    mutually_exclusive=[("content", "secret_content", "src")],
+    required_one_of=[("content", "secret_content", "src")])
 
 
 def ids(owner, group, what):
@@ -70,3 +88,69 @@ def ensure_directory(module, item):
     if not stat.S_ISDIR(st.st_mode):
         raise Failure("%s exists and is not a directory" % path)
     return fix_attributes(module, path, st, uid, gid, mode)
+
+
+def wanted_content(item):
+    """The bytes a file item must hold (its content, secret_content or the content of its src), or
+    None when its src does not exist (yet)."""
+    if item["src"] is not None:
+        try:
+            with open(item["src"], "rb") as handle:
+                return handle.read()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise Failure("%s: cannot read its source %s: %s" % (item["path"], item["src"], to_native(exc)))
+    text = item["secret_content"] if item["secret_content"] is not None else item["content"]
+    return to_bytes(text, errors="surrogate_or_strict")
+
+
+def current_content(path):
+    """The lstat and the bytes of an existing regular file, or (None, None) when there is none."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None, None
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
+        raise Failure("%s exists and is not a regular file" % path)
+    with open(path, "rb") as handle:
+        return st, handle.read()
+
+
+def _attributes_in_place(st, item):
+    try:
+        uid, gid = ids(item["owner"], item["group"], item["path"])
+    except Failure:
+        return False  # an account a later task creates: not in place yet
+    return (st.st_uid, st.st_gid) == (uid, gid) and stat.S_IMODE(st.st_mode) == octal(item["mode"], item["path"])
+
+
+def absolute(kind, path):
+    """The path, refused unless absolute (kind: 'directories' or 'files')."""
+    if not os.path.isabs(path):
+        raise Failure("%s: %s is not an absolute path" % (kind, path))
+    return path
+
+
+def out_of_place(directories, files):
+    """The paths of ``directories`` and ``files`` (managed_files' items) that managed_files would
+    change: missing, another type, another owner, group or mode, or (files) other bytes."""
+    found = []
+    for item in directories:
+        try:
+            st = os.lstat(absolute("directories", item["path"]))
+        except FileNotFoundError:
+            found.append(item["path"])
+            continue
+        if not stat.S_ISDIR(st.st_mode) or not _attributes_in_place(st, item):
+            found.append(item["path"])
+    for item in files:
+        absolute("files", item["path"])
+        try:
+            st, current = current_content(item["path"])
+        except Failure:  # not a regular file: managed_files would refuse it, which the write will say
+            found.append(item["path"])
+            continue
+        if st is None or current != wanted_content(item) or not _attributes_in_place(st, item):
+            found.append(item["path"])
+    return found

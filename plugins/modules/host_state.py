@@ -16,6 +16,10 @@ description:
     nodes, accounts, the host's network addresses and the state of systemd units - so that a rerun
     with nothing to change costs one module run instead of one per thing looked at (each module run
     costs a Python start and the compilation of its code on the host).
+  - Given the O(directories) and O(files) a M(fleet.vllm.managed_files) task would write (the same
+    options, compared the same way), it lists in RV(out_of_place) those that task would change, so
+    that the task can be skipped when the list is empty. O(files[].validate) is not used here. The
+    contents are compared on the host and never returned.
   - It never changes anything and runs the same in check mode.
 author:
   - fleet.vllm developers (@fleet-vllm)
@@ -72,6 +76,8 @@ options:
     type: list
     elements: str
     default: []
+extends_documentation_fragment:
+  - fleet.vllm.managed_paths
 seealso:
   - module: ansible.builtin.stat
   - module: ansible.builtin.setup
@@ -90,6 +96,22 @@ EXAMPLES = r"""
   ansible.builtin.package:
     name: rsync
   when: not host.paths['/usr/bin/rsync'].exists
+
+- name: Look at a configuration before writing it
+  fleet.vllm.host_state:
+    files:
+      - path: /etc/fleet-vllm/rsyncd.conf
+        content: "{{ rsyncd_conf }}"
+        mode: "0644"
+  register: look
+
+- name: Write it only when it is not already as it should be
+  fleet.vllm.managed_files:
+    files:
+      - path: /etc/fleet-vllm/rsyncd.conf
+        content: "{{ rsyncd_conf }}"
+        mode: "0644"
+  when: look.out_of_place | length > 0
 """
 
 RETURN = r"""
@@ -133,6 +155,14 @@ units:
   returned: always
   type: dict
   sample: {"fleet-vllm-rsyncd.socket": {"load_state": "loaded", "active_state": "active", "unit_file_state": "enabled"}}
+out_of_place:
+  description:
+    - The paths of O(directories) and O(files) that M(fleet.vllm.managed_files) would change - missing, of another type,
+      with another owner, group or mode, or (files) with other content; empty when all are in place.
+  returned: always
+  type: list
+  elements: str
+  sample: ["/etc/fleet-vllm/rsyncd.conf"]
 """
 
 import glob
@@ -142,6 +172,14 @@ import os
 import pwd
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_native
+
+from ansible_collections.fleet.vllm.plugins.module_utils._managed_files import (
+    DIRECTORIES_SPEC,
+    FILES_SPEC,
+    Failure,
+    out_of_place,
+)
 
 
 def path_state(path):
@@ -283,10 +321,16 @@ def main():
             groups=dict(type="list", elements="str", default=[]),
             interfaces=dict(type="bool", default=False),
             units=dict(type="list", elements="str", default=[]),
+            directories=DIRECTORIES_SPEC,
+            files=FILES_SPEC,
         ),
         supports_check_mode=True,
     )
     p = module.params
+    try:
+        differ = out_of_place(p["directories"], p["files"])
+    except (Failure, OSError) as exc:
+        module.fail_json(msg=to_native(exc))
     module.exit_json(
         changed=False,
         paths={path: path_state(path) for path in p["paths"]},
@@ -296,6 +340,7 @@ def main():
         groups={name: group(name) for name in p["groups"]},
         interfaces=interfaces(module) if p["interfaces"] else {},
         units=units(module, p["units"]),
+        out_of_place=differ,
     )
 
 

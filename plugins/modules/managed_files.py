@@ -41,67 +41,8 @@ attributes:
     support: full
     platforms: posix
     description: Runs on the host of the files.
-options:
-  directories:
-    description: Directories to create (with missing parents, root-owned 0755) and whose owner and mode to set, before the files.
-    type: list
-    elements: dict
-    default: []
-    suboptions:
-      path:
-        description: The directory.
-        type: path
-        required: true
-      mode:
-        description: Its mode, in octal (V("0755")).
-        type: str
-        required: true
-      owner:
-        description: Its owner.
-        type: str
-        default: root
-      group:
-        description: Its group.
-        type: str
-        default: root
-  files:
-    description: Files to write. Their directories must exist or be in O(directories).
-    type: list
-    elements: dict
-    default: []
-    suboptions:
-      path:
-        description: The file.
-        type: path
-        required: true
-      content:
-        description: What the file must hold. Exactly one of O(files[].content), O(files[].secret_content) and O(files[].src).
-        type: str
-      secret_content:
-        description: What the file must hold, never shown (diff, result, logged arguments).
-        type: str
-      src:
-        description:
-          - A file on the host whose content this file must hold; its content is never shown.
-          - In check mode a missing O(files[].src) counts as a change (an earlier task of the run would have written it).
-        type: path
-      mode:
-        description: Its mode, in octal (V("0644")).
-        type: str
-        required: true
-      owner:
-        description: Its owner.
-        type: str
-        default: root
-      group:
-        description: Its group.
-        type: str
-        default: root
-      validate:
-        description:
-          - A command run on the temporary file before it replaces the path, C(%s) standing for the temporary file;
-            the file is not written when it fails.
-        type: str
+extends_documentation_fragment:
+  - fleet.vllm.managed_paths
 """
 
 EXAMPLES = r"""
@@ -144,18 +85,22 @@ changed_directories:
 
 import os
 import shlex
-import stat
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.text.converters import to_bytes, to_native, to_text
+from ansible.module_utils.common.text.converters import to_native, to_text
 
 from ansible_collections.fleet.vllm.plugins.module_utils._managed_files import (
+    DIRECTORIES_SPEC,
+    FILES_SPEC,
     Failure,
+    absolute,
+    current_content,
     ensure_directory,
     fix_attributes,
     ids,
     octal,
+    wanted_content,
 )
 
 
@@ -164,27 +109,13 @@ def ensure_file(module, item, diffs):
     mode = octal(item["mode"], path)
     uid, gid = ids(item["owner"], item["group"], path)
     secret = item["secret_content"] is not None or item["src"] is not None
-    if item["src"] is not None:
-        try:
-            with open(item["src"], "rb") as handle:
-                wanted = handle.read()
-        except FileNotFoundError:
-            if module.check_mode:
-                # An earlier task of the same run writes it; nothing to compare yet.
-                return True
-            raise Failure("%s: its source %s does not exist" % (path, item["src"]))
-        except OSError as exc:
-            raise Failure("%s: cannot read its source %s: %s" % (path, item["src"], to_native(exc)))
-    else:
-        wanted = to_bytes(item["secret_content"] if secret else item["content"], errors="surrogate_or_strict")
-    try:
-        st = os.lstat(path)
-        if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
-            raise Failure("%s exists and is not a regular file" % path)
-        with open(path, "rb") as handle:
-            current = handle.read()
-    except FileNotFoundError:
-        st, current = None, None
+    wanted = wanted_content(item)
+    if wanted is None:
+        if module.check_mode:
+            # An earlier task of the same run writes it; nothing to compare yet.
+            return True
+        raise Failure("%s: its source %s does not exist" % (path, item["src"]))
+    st, current = current_content(path)
     directory = os.path.dirname(path) or "."
     if st is None and not os.path.isdir(directory) and not module.check_mode:
         raise Failure("the directory of %s does not exist: create it first (directories)" % path)
@@ -227,30 +158,18 @@ def ensure_file(module, item, diffs):
 
 
 def main():
-    owner_options = dict(owner=dict(type="str", default="root"), group=dict(type="str", default="root"))
     module = AnsibleModule(
-        argument_spec=dict(
-            directories=dict(type="list", elements="dict", default=[], options=dict(
-                path=dict(type="path", required=True), mode=dict(type="str", required=True), **owner_options)),
-            files=dict(type="list", elements="dict", default=[], options=dict(
-                path=dict(type="path", required=True), content=dict(type="str"),
-                secret_content=dict(type="str", no_log=True), src=dict(type="path"), mode=dict(type="str", required=True),
-                validate=dict(type="str"), **owner_options),
-                mutually_exclusive=[("content", "secret_content", "src")],
-                required_one_of=[("content", "secret_content", "src")]),
-        ),
+        argument_spec=dict(directories=DIRECTORIES_SPEC, files=FILES_SPEC),
         supports_check_mode=True,
     )
     changed_dirs, changed_files, diffs = [], [], []
     try:
         for item in module.params["directories"]:
-            if not os.path.isabs(item["path"]):
-                raise Failure("directories: %s is not an absolute path" % item["path"])
+            absolute("directories", item["path"])
             if ensure_directory(module, item):
                 changed_dirs.append(item["path"])
         for item in module.params["files"]:
-            if not os.path.isabs(item["path"]):
-                raise Failure("files: %s is not an absolute path" % item["path"])
+            absolute("files", item["path"])
             if ensure_file(module, item, diffs):
                 changed_files.append(item["path"])
     except Failure as exc:

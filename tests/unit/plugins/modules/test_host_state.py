@@ -199,3 +199,103 @@ def test_checksums_are_the_sha256_of_the_content_or_null(run_module, tmp_path):
         paths[1]: None,
         paths[2]: None,
     }
+
+
+def managed(tmp_path, secret="KEY=s3cret-value\n"):
+    """A managed_files argument set: two directories, a plain file, a secret file and a staged copy."""
+    (tmp_path / "staged").mkdir(exist_ok=True)
+    (tmp_path / "staged" / "unit").write_text("[Unit]\nDescription=staged\n")
+    return {
+        "directories": [{"path": str(tmp_path / "etc"), "mode": "0755"},
+                        {"path": str(tmp_path / "state"), "mode": "0700", "owner": "root", "group": "root"}],
+        "files": [
+            {"path": str(tmp_path / "etc" / "rsyncd.conf"), "content": "[models]\npath = /srv/m%\n", "mode": "0644"},
+            {"path": str(tmp_path / "state" / "secrets.env"), "secret_content": secret, "mode": "0600"},
+            {"path": str(tmp_path / "etc" / "live.unit"), "src": str(tmp_path / "staged" / "unit"), "mode": "0644",
+             "validate": "/bin/true %s"},
+        ],
+    }
+
+
+def would_change(run_module, args):
+    """What managed_files itself would change (check mode), in host_state's order."""
+    run = run_module("managed_files", args, check=True)
+    assert not run.failed, run
+    return run.result["changed_directories"] + run.result["changed_files"]
+
+
+def perturb(tmp_path, how):
+    etc, state = tmp_path / "etc", tmp_path / "state"
+    if how == "directory missing":
+        for item in etc.iterdir():
+            item.unlink()
+        etc.rmdir()
+    elif how == "directory mode":
+        state.chmod(0o755)
+    elif how == "directory owner":
+        os.chown(state, pwd.getpwnam("nobody").pw_uid, -1)
+    elif how == "file content":
+        (etc / "rsyncd.conf").write_text("[models]\npath = /srv/other\n")
+    elif how == "file mode":
+        (state / "secrets.env").chmod(0o644)
+    elif how == "file group":
+        os.chown(etc / "rsyncd.conf", -1, grp.getgrnam("nogroup").gr_gid)
+    elif how == "file is a link":
+        (etc / "rsyncd.conf").unlink()
+        (etc / "rsyncd.conf").symlink_to(tmp_path / "staged" / "unit")
+    elif how == "file missing":
+        (state / "secrets.env").unlink()
+    elif how == "staged source changed":
+        (tmp_path / "staged" / "unit").write_text("[Unit]\nDescription=new\n")
+
+
+@pytest.mark.parametrize("how", [None, "directory missing", "directory mode", "directory owner", "file content",
+                                 "file mode", "file group", "file is a link", "file missing", "staged source changed"])
+def test_out_of_place_is_what_managed_files_would_change(run_module, tmp_path, how):
+    if how in ("directory owner", "file group") and os.geteuid() != 0:
+        pytest.skip("changing an owner needs root")
+    args = managed(tmp_path)
+    written = run_module("managed_files", args)
+    assert not written.failed and written.result["changed"], written
+    perturb(tmp_path, how)
+    look = run_module("host_state", args)
+    assert not look.failed, look
+    if how == "file is a link":
+        # managed_files refuses to write through a link, and says so: the look sends the role to it.
+        refused = run_module("managed_files", args, check=True)
+        assert refused.failed and "rsyncd.conf exists and is not a regular file" in refused.result["msg"]
+        assert look.result["out_of_place"] == [args["files"][0]["path"]]
+        return
+    expected = would_change(run_module, args)
+    assert look.result["out_of_place"] == expected
+    assert (expected == []) == (how is None)
+    assert "s3cret-value" not in json.dumps(look.result)
+
+
+def test_out_of_place_compares_the_secret_content_without_showing_it(run_module, tmp_path):
+    args = managed(tmp_path)
+    run_module("managed_files", args)
+    assert run_module("host_state", args).result["out_of_place"] == []
+    other = managed(tmp_path, secret="KEY=an0ther-value\n")
+    look = run_module("host_state", other)
+    assert look.result["out_of_place"] == [str(tmp_path / "state" / "secrets.env")]
+    assert "an0ther-value" not in json.dumps(look.result) and "an0ther-value" not in look.stdout
+
+
+def test_an_owner_that_does_not_exist_yet_is_out_of_place_not_an_error(run_module, tmp_path):
+    (tmp_path / "home").mkdir()
+    args = {"directories": [{"path": str(tmp_path / "home"), "mode": "0755", "owner": "fleet-vllm-nobody-yet"}]}
+    look = run_module("host_state", args)
+    assert not look.failed, look
+    assert look.result["out_of_place"] == [str(tmp_path / "home")]
+
+
+def test_out_of_place_refuses_what_managed_files_refuses(run_module, tmp_path):
+    rel = run_module("host_state", {"files": [{"path": "relative/f", "content": "x", "mode": "0644"}]})
+    assert rel.failed and rel.result["msg"] == "files: relative/f is not an absolute path"
+    (tmp_path / "f").write_text("x")
+    bad = run_module("host_state", {"files": [{"path": str(tmp_path / "f"), "content": "x", "mode": "rw-r--r--"}]})
+    assert bad.failed and "mode 'rw-r--r--' is not an octal mode such as 0644" in bad.result["msg"]
+    both = run_module("host_state", {"files": [{"path": str(tmp_path / "f"), "content": "x", "secret_content": "s3cret-value",
+                                                "mode": "0644"}]})
+    assert both.failed and "mutually exclusive" in both.result["msg"]
