@@ -41,8 +41,12 @@ def test_no_shard_from_the_mirror_during_its_run(host):
     assert addresses
     mine = [line for line in fleet.shard_requests(run["mirror_log"]) if line.split()[-1] in addresses]
     assert mine == []
-    # The log does record this host when it asks the mirror (its revision lookup, for a branch).
-    assert any(line.split()[-1] in addresses for line in run["mirror_log"]), run["mirror_log"][-20:]
+    # Nor anything else: the controller resolved and listed the revision (lookup fleet.vllm.hub_revision).
+    assert [line for line in run["mirror_log"] if line.split()[-1] in addresses] == []
+    # The log did record the requests of the run, each with its client's address (the controller's
+    # lookups), so the checks above could have seen this host's.
+    listings = [line for line in run["mirror_log"] if "/api/models/" in line]
+    assert listings and all(line.split()[-1].count(".") == 3 for line in listings), run["mirror_log"][-20:]
 
 
 def _model_files(data, snap):
