@@ -167,13 +167,13 @@ out_of_place:
 
 import glob
 import grp
-import json
 import os
 import pwd
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
+from ansible_collections.fleet.vllm.plugins.module_utils._interfaces import interfaces
 from ansible_collections.fleet.vllm.plugins.module_utils._managed_files import (
     DIRECTORIES_SPEC,
     FILES_SPEC,
@@ -257,40 +257,6 @@ def group(name):
         return dict(gid=grp.getgrnam(name).gr_gid)
     except KeyError:
         return None
-
-
-def interfaces(module):
-    ip = module.get_bin_path("ip")
-    if not ip:
-        module.fail_json(msg="the ip command (iproute2) is not installed, so this host's network addresses cannot be read: "
-                             "install iproute2, or set the networks explicitly (vllm_weights_peer_networks)")
-    rc, out, err = module.run_command([ip, "-json", "address", "show"])
-    if rc != 0:
-        module.fail_json(msg="ip -json address show failed (exit code %d): %s" % (rc, err.strip()))
-    try:
-        links = json.loads(out or "[]")
-    except ValueError as exc:
-        module.fail_json(msg="ip -json address show printed no JSON (%s): is iproute2 older than 4.13?" % exc)
-    result = {}
-    for link in links:
-        name = link.get("ifname")
-        if not name:
-            continue
-        entry = dict(device=name, ipv4={}, ipv4_secondaries=[], ipv6=[])
-        for address in link.get("addr_info") or []:
-            local, prefix = address.get("local"), address.get("prefixlen")
-            if not local or prefix is None:
-                continue
-            if address.get("family") == "inet":
-                item = dict(address=local, prefix=str(prefix))
-                if entry["ipv4"]:
-                    entry["ipv4_secondaries"].append(item)
-                else:
-                    entry["ipv4"] = item
-            elif address.get("family") == "inet6":
-                entry["ipv6"].append(dict(address=local, prefix=str(prefix), scope=address.get("scope", "")))
-        result[name] = entry
-    return result
 
 
 def units(module, names):

@@ -168,6 +168,12 @@ options:
         user sets. The M(fleet.vllm.vllm_preflight) role passes V(vllm_preflight_).
     type: str
     default: ""
+  interfaces:
+    description:
+      - Also report the host's network addresses in RV(interfaces) (as M(fleet.vllm.host_state)'s
+        O(fleet.vllm.host_state#module:interfaces)), so that the roles that follow need no look of their own.
+    type: bool
+    default: false
   sysfs_root:
     description:
       - Where sysfs is mounted. Tests point it at a fake tree.
@@ -228,6 +234,14 @@ gpu_info:
   returned: always
   type: dict
   sample: {"count": 8, "model": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "compute_capabilities": ["12.0"]}
+interfaces:
+  description:
+    - With O(interfaces), the host's interfaces in the shape of M(ansible.builtin.setup)'s network facts (as
+      M(fleet.vllm.host_state)'s RV(fleet.vllm.host_state#module:interfaces)); V(null) without O(interfaces) or
+      when C(ip) (iproute2) is not installed.
+  returned: always
+  type: dict
+  sample: {"eth0": {"device": "eth0", "ipv4": {"address": "10.20.0.5", "prefix": "16"}, "ipv4_secondaries": [], "ipv6": []}}
 msg:
   description: One line summing up what was measured; with problems (when the module fails) a header line then one problem per line.
   returned: always
@@ -334,6 +348,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.fleet.vllm.plugins.module_utils._gpu_info import GpuInfo
+from ansible_collections.fleet.vllm.plugins.module_utils._interfaces import interfaces
 
 GB = 1000 ** 3
 GIB = 1024 ** 3
@@ -945,7 +960,8 @@ class Preflight(object):
         # Ansible owns the result's `warnings` key: module.warn() fills it (passing it to exit_json
         # is deprecated), and a registered result holds the messages there as strings.
         result = dict(changed=False, problems=self.problems, measured=self.measured, msg=self.summary(),
-                      gpu_info=self.params["gpu_info"])
+                      gpu_info=self.params["gpu_info"],
+                      interfaces=interfaces(self.module, required=False) if self.params["interfaces"] else None)
         if self.problems and self.params["fail_on_problems"]:
             result["msg"] = "%s on this host, fix %s before deploying:\n%s" % (
                 plural(len(self.problems), "problem"), "it" if len(self.problems) == 1 else "them",
@@ -977,6 +993,7 @@ def main():
             kv_cache_dtype=dict(type="str", default="auto"),
             fail_on_problems=dict(type="bool", default=True),
             variable_prefix=dict(type="str", default=""),
+            interfaces=dict(type="bool", default=False),
             sysfs_root=dict(type="path", default="/sys"),
             proc_root=dict(type="path", default="/proc"),
         ),

@@ -19,6 +19,8 @@ import struct
 
 import pytest
 
+from ansible_collections.fleet.vllm.plugins.module_utils._interfaces import interfaces
+
 from conftest import FIXTURES, snapshot
 
 FAKE_SMI = FIXTURES / "bin" / "nvidia-smi"
@@ -781,3 +783,36 @@ def test_without_gpu_info_a_missing_nvidia_smi_is_named(run_module, host, tmp_pa
     assert run.failed
     assert run.result["msg"] == ("nvidia_smi=%s does not exist: install the NVIDIA driver (it brings nvidia-smi), "
                                  "or set nvidia_smi to where nvidia-smi is" % (tmp_path / "no-such-nvidia-smi"))
+
+
+def test_interfaces_are_reported_as_host_state_reports_them(preflight, host, run_module):
+    """interfaces: true hands the weights role the host's networks (it then needs no look of its own):
+    the same answer as fleet.vllm.host_state's, and null when iproute2 is missing."""
+    host.bin.mkdir(exist_ok=True)
+    ip = host.bin / "ip"
+    ip.write_text("#!/bin/sh\n[ \"$*\" = \"-json address show\" ] || exit 2\n"
+                  "echo '[{\"ifname\": \"eth0\", \"addr_info\": [{\"family\": \"inet\", \"local\": \"10.89.0.5\", "
+                  "\"prefixlen\": 24}]}]'\n")
+    ip.chmod(0o755)
+    run = preflight(interfaces=True, fail_on_problems=False)
+    assert not run.failed, run
+    look = run_module("host_state", {"interfaces": True}, env=host.env())
+    assert run.result["interfaces"] == look.result["interfaces"] == {
+        "eth0": {"device": "eth0", "ipv4": {"address": "10.89.0.5", "prefix": "24"}, "ipv4_secondaries": [], "ipv6": []}}
+    assert preflight(fail_on_problems=False).result["interfaces"] is None
+
+
+def test_without_iproute2_preflight_reports_no_interfaces():
+    """Without ip, preflight reports interfaces as null (the weights role then looks itself, and says
+    what to install); host_state, asked for them, fails with that message."""
+
+    class NoIp:
+        def get_bin_path(self, name, required=False):
+            return None
+
+        def fail_json(self, **kwargs):
+            raise AssertionError(kwargs["msg"])
+
+    assert interfaces(NoIp(), required=False) is None
+    with pytest.raises(AssertionError, match="install iproute2"):
+        interfaces(NoIp())
