@@ -17,8 +17,9 @@ description:
   - With policy V(auto) the checkpoint's quantized KV cache is kept (V(present)) when at least
     one attention backend of the installed vLLM accepts it on the platform the engine runs on (the
     GPU's compute capability, or vLLM's CPU platform, as the probe's C(platform) says), and
-    stripped (V(absent)) otherwise; a backend the probe could not judge counts as not accepting. V(keep) and V(strip) force the outcome. A checkpoint that declares no KV-cache
-    quantization needs nothing (V(none)).
+    stripped (V(absent)) otherwise; a backend the probe could not judge counts as not accepting.
+    V(keep) and V(strip) force the outcome. A checkpoint that declares no KV-cache quantization
+    needs nothing (V(none)).
 options:
   _input:
     description: The policy, V(auto), V(keep) or V(strip).
