@@ -15,9 +15,11 @@ description:
     answered (the result of M(fleet.vllm.vllm_probe)) into the state for
     M(fleet.vllm.kv_cache_config) and a one-line explanation.
   - With policy V(auto) the checkpoint's quantized KV cache is kept (V(present)) when at least
-    one attention backend of the installed vLLM accepts it on the GPU, and stripped (V(absent))
-    otherwise. V(keep) and V(strip) force the outcome. A checkpoint that declares no KV-cache
-    quantization needs nothing (V(none)).
+    one attention backend of the installed vLLM accepts it on the platform the engine runs on (the
+    GPU's compute capability, or vLLM's CPU platform, as the probe's C(platform) says), and
+    stripped (V(absent)) otherwise; a backend the probe could not judge counts as not accepting.
+    V(keep) and V(strip) force the outcome. A checkpoint that declares no KV-cache quantization
+    needs nothing (V(none)).
 options:
   _input:
     description: The policy, V(auto), V(keep) or V(strip).
@@ -111,10 +113,15 @@ def kv_cache_decision(policy, checkpoint_dtype, probe=None):
             "policy auto needs fleet.vllm.vllm_probe to ask the attention backends about %s, and it did not "
             "(no compute_capability given): %s" % (checkpoint_dtype, probe.get("msg") or "no answer")
         )
-    evidence = "vLLM %s (%s) on compute capability %s: %s" % (
+    if probe.get("platform") == "cpu":
+        where = "the CPU platform%s" % (
+            " (it picks %s)" % probe["cpu_backend_selected"] if probe.get("cpu_backend_selected") else "")
+    else:
+        where = "compute capability %s" % (probe.get("compute_capability") or "?")
+    evidence = "vLLM %s (%s) on %s: %s" % (
         probe.get("vllm_version") or "?",
         probe.get("decided_by") or "?",
-        probe.get("compute_capability") or "?",
+        where,
         _backend_summary(probe) or "no backend answered",
     )
     if probe["backend_available"]:

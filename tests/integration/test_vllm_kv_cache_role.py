@@ -111,3 +111,60 @@ def test_bad_policy_fails_before_anything_changes(tmp_path):
     failed = [t for t in tasks.values() if t.get("failed")]
     assert "vllm_kv_cache_policy" in failed[0]["msg"] and "sometimes" in failed[0]["msg"]
     assert snapshot(model) == pristine
+
+
+# Issue 11: a host without GPUs is a CPU host (vllm_kv_cache_platform auto), and the question is
+# put to vLLM's CPU platform. The tiny FP8-KV DeepSeek-V3 checkpoint of tests/hub/tiny_mla.py is
+# the seed failure on the real CPU engine (docs/evidence.md section 5): it must be stripped.
+
+def play_without_gpus(model, python, *flags, **extra):
+    variables = {
+        "vllm_kv_cache_model_path": str(model),
+        "vllm_kv_cache_python": str(python),
+        "vllm_kv_cache_probe_cache_dir": str(model.parent / "probe-cache"),
+        "fleet_vllm_state_dir": str(model.parent / "state"),
+    }
+    variables.update(extra)
+    # no fixture nvidia-smi on PATH, and none on this machine
+    run = run_playbook(PLAYBOOK, *flags, extra_vars=variables)
+    return run.rc, run.stats(), run.tasks()
+
+
+def test_a_host_without_gpus_decides_for_the_cpu_platform(tmp_path, vllm_venv):
+    from tests.hub import tiny_mla
+
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this machine has an nvidia-smi: it is not a host without GPUs")
+    model = tmp_path / "served"
+    tiny_mla.make_repo(model, "fp8kv")
+    python = vllm_venv / "bin" / "python"
+
+    # cuda asked for, and no GPU to read: the role stops, as before
+    rc, _stats, tasks = play_without_gpus(model, python, vllm_kv_cache_platform="cuda")
+    assert rc != 0 and tasks["Read the GPUs"].get("failed") is True, tasks
+    # cpu with a compute capability: refused before anything runs, naming both variables
+    rc, _stats, tasks = play_without_gpus(model, python, vllm_kv_cache_platform="cpu",
+                                          vllm_kv_cache_compute_capability="12.0")
+    assert rc != 0
+    assert "vllm_kv_cache_compute_capability is 12.0 and vllm_kv_cache_platform is cpu" in tasks[
+        "Check the platform settings"]["msg"]
+    assert json.loads((model / "config.json").read_text())["quantization_config"]["kv_cache_scheme"]
+
+    rc, stats, tasks = play_without_gpus(model, python)
+    assert rc == 0, tasks
+    assert tasks["Read the GPUs"]["gpu_info"]["count"] == 0 and not tasks["Read the GPUs"].get("failed")
+    probe = tasks["Ask the installed vLLM whether a backend accepts the checkpoint's KV-cache dtype"]
+    assert probe["platform"] == "cpu" and probe["compute_capability"] is None
+    assert probe["kv_cache_dtype_resolved"] == "fp8_e4m3" and probe["backend_available"] is False
+    line = decision(tasks)
+    assert "checkpoint asks for fp8_e4m3; vLLM 0.33.0 (introspection) on the CPU platform: CPU_MLA" in line, line
+    assert "compute capability" not in line
+    assert "-> strip" in line and line.endswith("vLLM resolves --kv-cache-dtype auto to auto")
+    assert "kv_cache_scheme" not in json.loads((model / "config.json").read_text())["quantization_config"]
+    assert "kv_cache_quant_algo" not in json.loads((model / "hf_quant_config.json").read_text())["quantization"]
+    assert stats["changed"] == 1
+
+    # the rerun: the decision recorded for these inputs, nothing asked
+    rc, stats, tasks = play_without_gpus(model, python)
+    assert rc == 0 and stats["changed"] == 0, tasks
+    assert tasks["Ask the installed vLLM whether a backend accepts the checkpoint's KV-cache dtype"].get("skipped") is True

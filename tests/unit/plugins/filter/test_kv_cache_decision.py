@@ -112,3 +112,36 @@ def test_the_decision_key_needs_a_dict():
 
     with pytest.raises(AnsibleFilterError, match=r"^kv_cache_decision_key: expects a dict of the decision's inputs, got <class 'str'>$"):
         kv_cache_decision_key("auto")
+
+
+# Issue 11: the platform the engine runs on. The same checkpoint and build, two platforms: on
+# compute capability 12.0 vLLM 0.33.0's TRITON_MLA takes an FP8 KV cache; on the CPU, the backend
+# vLLM's CPU platform picks (CPU_MLA) does not, and the engine would die at the first completion
+# (docs/evidence.md section 5).
+CPU = {
+    "vllm_version": "0.33.0", "decided_by": "introspection", "compute_capability": None, "platform": "cpu",
+    "cpu_backend_selected": "CPU_MLA", "attention_kind": "mla", "backend_available": False,
+    "backends": [
+        {"name": "CPU_MLA", "accepts": False, "reasons": ["kv_cache_dtype not supported"]},
+        {"name": "AMX_MLA", "accepts": False, "reasons": ["kv_cache_dtype not supported"]},
+    ],
+}
+CUDA = dict(NEW, platform="cuda", cpu_backend_selected=None)
+
+
+@pytest.mark.parametrize("probe, state, where", [
+    (CPU, "absent", "vLLM 0.33.0 (introspection) on the CPU platform (it picks CPU_MLA): CPU_MLA: kv_cache_dtype not "
+                    "supported, AMX_MLA: kv_cache_dtype not supported -> strip"),
+    (CUDA, "present", "vLLM 0.33.0 (introspection) on compute capability 12.0: TRITON_MLA: accepts -> keep it"),
+    # a CPU answer from the table, without the platform's pick
+    (dict(CPU, cpu_backend_selected=None, decided_by="table"), "absent",
+     "vLLM 0.33.0 (table) on the CPU platform: CPU_MLA"),
+    # a later CPU build whose picked backend takes FP8: kept, as on a GPU
+    (dict(CPU, backend_available=True, backends=[{"name": "CPU_MLA", "accepts": True, "reasons": []}]), "present",
+     "on the CPU platform (it picks CPU_MLA): CPU_MLA: accepts -> keep it"),
+])
+def test_the_decision_follows_the_platform_the_probe_asked_about(probe, state, where):
+    decision = kv_cache_decision("auto", "fp8_e4m3", probe)
+    assert decision["state"] == state
+    assert where in decision["line"]
+    assert ("compute capability" in decision["line"]) is (probe.get("platform") != "cpu")

