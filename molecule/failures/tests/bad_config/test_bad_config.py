@@ -1,5 +1,6 @@
-"""failures, step 3: a malformed config.json in the snapshot fails the play with the file and
-the position, writes nothing half-way, and leaves the running service alone."""
+"""failures, step 3: a config.json in a snapshot that is not what the hub lists for its commit (the
+side effect broke its JSON) is moved out of the snapshot, the listed file is copied again from the
+peer, the run succeeds, nothing half-written, and the running service is left alone."""
 
 from __future__ import annotations
 
@@ -9,37 +10,47 @@ import fleet_hosts as fleet
 
 testinfra_hosts = fleet.testinfra_hosts()
 
+REJECTED = f"{fleet.PRISTINE_PARENT}/.fleet-vllm-rejected"
+
 
 def _first():
     return fleet.instances()[0]
 
 
-def test_the_play_failed_naming_file_and_position(host):
-    if fleet.name_of(host) != _first():
-        return
+def test_the_run_repaired_the_snapshot(host):
     run = fleet.load_run("bad_config")
-    assert run["rc"] != 0
+    assert run["rc"] == 0, run["output_tail"][-3000:]
     data = fleet.facts(host)
-    broken = f"{fleet.pristine(data)}/config.json"
-    position = None
+    snapshot = fleet.pristine(data)
+    # Valid JSON again, the bytes the hub serves for it.
+    config = f"{snapshot}/config.json"
+    status, listed = data["http"]["mirror:config.json"]
+    assert status == 200 and data["content"][config] == listed
+    json.loads(data["content"][config])
+    if fleet.name_of(host) != _first():
+        assert host.run("test -e %s", REJECTED).rc != 0
+        return
+    # The broken copy was kept, out of the snapshot, root only.
+    found = host.check_output("ls -1 %s/*/config.json.*", REJECTED).split()
+    assert len(found) == 1, found
+    kept = host.file(found[0])
+    assert kept.mode == 0o600 and host.file(REJECTED).mode == 0o700
     try:
-        json.loads(data["content"][broken])
-    except json.JSONDecodeError as error:
-        position = (error.lineno, error.colno)
-    assert position, f"{broken} is valid JSON: the side effect did not break it"
-    output = run["output_tail"]
-    assert "config.json" in output, output[-3000:]
-    assert f"line {position[0]}" in output and f"column {position[1]}" in output, output[-3000:]
-    assert run["recap"][_first()]["failed"] == 1, run["recap"]
+        json.loads(kept.content_string)
+    except json.JSONDecodeError:
+        pass
+    else:
+        raise AssertionError(f"{found[0]} is valid JSON: it is not the broken file")
+    assert run["recap"][_first()]["failed"] == 0, run["recap"]
 
 
 def test_served_files_whole_and_unchanged(host):
     """Nothing half-written: the served directory is as it was (valid JSON, same bytes), and no
-    file of the deploy changed, except the broken pristine file itself."""
+    file of the deploy changed, except the repaired pristine file itself."""
     data = fleet.facts(host)
     before = fleet.load_record()[fleet.name_of(host)]
-    broken = f"{fleet.pristine(data)}/config.json"
-    changes = [line for line in fleet.diff(before, data) if not line.startswith(broken + ":")]
+    repaired = f"{fleet.pristine(data)}/config.json"
+    changes = [line for line in fleet.diff(before, data) if not line.startswith(repaired + ":")]
     assert changes == []
     for name in fleet.KV_FILES:
         json.loads(data["content"][f"{fleet.SERVED_CURRENT}/{name}"])
