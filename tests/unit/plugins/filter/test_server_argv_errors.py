@@ -27,8 +27,9 @@ def argv_error(args, extra=None, **kwargs):
     (ROLE_ARGS, "--enforce-eager",
      "vllm_server_extra_args must be a dict of engine arguments or a list of strings, got '--enforce-eager'"),
     (ROLE_ARGS, ["--hf-token=hf_x", "--api-key", "k"],
-     "vllm_server_extra_args sets --api-key: secrets never go on the command line (it is visible to every user in ps); "
-     "set vllm_server_api_key, which goes to the root-only environment file"),
+     "vllm_server_extra_args sets --hf-token (as --hf-token): secrets never go on the command line (it is visible to "
+     "every user in ps and lands in the world-readable unit); set vllm_server_hf_token, which goes to the root-only "
+     "environment file"),
     (ROLE_ARGS, {"disable_log_requests": True},
      "vllm_server_extra_args sets --disable-log-requests: leave it out, it is deprecated (vLLM PR #21739), rejected by "
      "some builds, and request logging is already off by default"),

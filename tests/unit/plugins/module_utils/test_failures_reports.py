@@ -483,21 +483,22 @@ def test_a_problem_found_only_by_the_check():
 # ---- 8. and 9. the endpoint and the engine core ----------------------------------------------
 
 
-def test_completion_hang_in_full():
+def test_engine_unhealthy_behind_a_healthy_health_in_full():
     stalls = [vllm("APIServer pid=9", "Engine 000: Running: 0 reqs, Waiting: %d reqs" % n, "INFO", "loggers.py:236")
               for n in (1, 2, 3)]
     endpoint = dict(checked=True, base_url="http://127.0.0.1:8001", health_status=200, model="kimi", timeout=7, hang=True)
     got = findings(text(STARTED, *stalls), endpoint=endpoint, unit="vllm-b.service")
     assert got == [finding(
-        "completion_hang",
+        "engine_unhealthy",
         ["GET http://127.0.0.1:8001/health -> 200",
          "POST http://127.0.0.1:8001/v1/chat/completions (model kimi, max_tokens 1) -> no answer within 7 s"] + stalls[1:],
         "/health answers 200 but a one-token chat completion did not finish within 7 s: the API server process is alive "
         "while the engine core is dead or stuck, which /health does not see (vLLM issue #39863).",
         "Restart the service (`systemctl restart vllm-b.service`; loading the model again takes many minutes), then confirm "
-        "with `ansible-playbook playbooks/verify.yml`. If it recurs, the engine usually hangs in NCCL: set `vllm_nccl_env` "
-        "with `NCCL_P2P_DISABLE: \"1\"` and run `ansible-playbook deploy.yml --tags nccl,server`.",
-        dict(timeout=7, model="kimi"))]
+        "with `ansible-playbook playbooks/verify.yml`; fleet.vllm.vllm_gateway's gateways take such a host out of rotation "
+        "by their completion check. If it recurs, the engine usually hangs in NCCL: set `vllm_nccl_env` with "
+        "`NCCL_P2P_DISABLE: \"1\"` and run `%s --tags nccl,server`." % DEPLOY,
+        dict(timeout=7, model="kimi", completion_status=None, hang=True))]
 
 
 def test_engine_core_death_without_an_error_above_it():
