@@ -20,6 +20,10 @@ description:
     options, compared the same way), it lists in RV(out_of_place) those that task would change, so
     that the task can be skipped when the list is empty. O(files[].validate) is not used here. The
     contents are compared on the host and never returned.
+  - Given O(fingerprint), it compares the staged state of a vLLM service with the one recorded after
+    its last verified start, as M(fleet.vllm.vllm_fingerprint) does without O(fleet.vllm.vllm_fingerprint#module:record),
+    and returns that module's answer in RV(fingerprint) - valid while nothing it covers is written
+    after this look.
   - It never changes anything and runs the same in check mode.
 author:
   - fleet.vllm developers (@fleet-vllm)
@@ -76,6 +80,61 @@ options:
     type: list
     elements: str
     default: []
+  fingerprint:
+    description:
+      - The options of M(fleet.vllm.vllm_fingerprint) (but O(fleet.vllm.vllm_fingerprint#module:record)): compare, record
+        nothing.
+    type: dict
+    suboptions:
+      state_file:
+        description: As M(fleet.vllm.vllm_fingerprint)'s O(fleet.vllm.vllm_fingerprint#module:state_file).
+        type: path
+        required: true
+      files:
+        description: As M(fleet.vllm.vllm_fingerprint)'s O(fleet.vllm.vllm_fingerprint#module:files).
+        type: list
+        elements: dict
+        default: []
+        suboptions:
+          name:
+            description: A name for the file in the fingerprint.
+            type: str
+            required: true
+          path:
+            description: The staged copy.
+            type: path
+            required: true
+          live:
+            description: The live copy.
+            type: path
+      links:
+        description: As M(fleet.vllm.vllm_fingerprint)'s O(fleet.vllm.vllm_fingerprint#module:links).
+        type: list
+        elements: dict
+        default: []
+        suboptions:
+          name:
+            description: A name for the link in the fingerprint.
+            type: str
+            required: true
+          path:
+            description: The link.
+            type: path
+            required: true
+          target:
+            description: Where it must point.
+            type: path
+            required: true
+      model_path:
+        description: As M(fleet.vllm.vllm_fingerprint)'s O(fleet.vllm.vllm_fingerprint#module:model_path).
+        type: path
+      small_file_bytes:
+        description: As M(fleet.vllm.vllm_fingerprint)'s O(fleet.vllm.vllm_fingerprint#module:small_file_bytes).
+        type: int
+        default: 16777216
+      unit:
+        description: As M(fleet.vllm.vllm_fingerprint)'s O(fleet.vllm.vllm_fingerprint#module:unit).
+        type: str
 extends_documentation_fragment:
   - fleet.vllm.managed_paths
 seealso:
@@ -163,6 +222,14 @@ out_of_place:
   type: list
   elements: str
   sample: ["/etc/fleet-vllm/rsyncd.conf"]
+fingerprint:
+  description:
+    - With O(fingerprint), M(fleet.vllm.vllm_fingerprint)'s return (C(digest), C(recorded_digest), C(matches),
+      C(in_place), C(differences), C(drift), C(service), C(action), C(reason)); V(null) without it, or when
+      O(fingerprint.model_path) does not exist (yet).
+  returned: always
+  type: dict
+  sample: {"action": "none", "reason": "the service runs the staged state, verified", "matches": true, "in_place": true}
 """
 
 import glob
@@ -173,6 +240,8 @@ import pwd
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
+from ansible_collections.fleet.vllm.plugins.module_utils._fingerprint import OPTIONS as FINGERPRINT_OPTIONS
+from ansible_collections.fleet.vllm.plugins.module_utils._fingerprint import evaluate
 from ansible_collections.fleet.vllm.plugins.module_utils._interfaces import interfaces
 from ansible_collections.fleet.vllm.plugins.module_utils._managed_files import (
     DIRECTORIES_SPEC,
@@ -277,6 +346,14 @@ def units(module, names):
     return result
 
 
+def fingerprint(module, params):
+    """vllm_fingerprint's comparison, or None when not asked or when its model directory is not there
+    yet (check mode before the first build of it): the caller then runs vllm_fingerprint itself."""
+    if not params or (params["model_path"] and not os.path.isdir(params["model_path"])):
+        return None
+    return evaluate(module, params)[0]
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -289,6 +366,7 @@ def main():
             units=dict(type="list", elements="str", default=[]),
             directories=DIRECTORIES_SPEC,
             files=FILES_SPEC,
+            fingerprint=dict(type="dict", options=FINGERPRINT_OPTIONS),
         ),
         supports_check_mode=True,
     )
@@ -307,6 +385,7 @@ def main():
         interfaces=interfaces(module) if p["interfaces"] else {},
         units=units(module, p["units"]),
         out_of_place=differ,
+        fingerprint=fingerprint(module, p["fingerprint"]),
     )
 
 

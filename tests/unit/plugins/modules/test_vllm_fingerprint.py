@@ -225,3 +225,34 @@ def test_missing_model_dir_and_duplicate_names_fail(run_module, state):
     files = s.args["files"] + [{"name": "unit", "path": "/etc/hostname"}]
     result = run_module("vllm_fingerprint", dict(s.args, files=files), env=s.env).result
     assert result["failed"] and "each name may appear once" in result["msg"]
+
+
+def test_host_state_compares_as_this_module_does(run_module, state):
+    """host_state's fingerprint option (the server's look, when its write has nothing to do) answers
+    what vllm_fingerprint answers, in every state: none recorded, recorded, in place, changed, a
+    service to start; it records nothing; and it answers null while the model directory is missing."""
+    s = state
+    s.service(active="inactive")
+    args = dict(s.args, unit="vllm.service")
+
+    def both():
+        look = run_module("host_state", {"fingerprint": args}, env=s.env)
+        assert not look.failed, look
+        alone = run(run_module, s, unit="vllm.service")
+        alone.pop("changed")
+        alone.pop("invocation", None)
+        return look.result["fingerprint"], alone
+
+    states = []
+    for step in (lambda: None, lambda: run(run_module, s, record="running"), s.switch,
+                 lambda: s.service(active="active"),
+                 lambda: (s.model / "config.json").write_text('{"a": 3}')):
+        step()
+        look, alone = both()
+        assert look == alone
+        states.append(look["action"])
+    assert states == ["restart", "restart", "start", "none", "restart"]
+    assert not os.path.exists(s.args["state_file"] + ".pending")
+    missing = dict(args, model_path=str(s.tmp / "not-built-yet"))
+    assert run_module("host_state", {"fingerprint": missing}, env=s.env).result["fingerprint"] is None
+    assert run_module("host_state", {}, env=s.env).result["fingerprint"] is None
