@@ -11,7 +11,9 @@ class ModuleDocFragment:
     DOCUMENTATION = r"""
 options:
   directories:
-    description: Directories with their owner and mode (M(fleet.vllm.managed_files) creates missing ones with missing parents, root-owned 0755, before the files).
+    description:
+      - Directories with their owner and mode (M(fleet.vllm.managed_files) creates missing ones with missing parents,
+        root-owned 0755, before the files).
     type: list
     elements: dict
     default: []

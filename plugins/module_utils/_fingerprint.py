@@ -173,7 +173,6 @@ def decide(matches, in_place, service, pending, digest):
     return "restart", "the staged state differs from what runs"
 
 
-
 _ITEM = dict(name=dict(type="str", required=True), path=dict(type="path", required=True))
 
 # vllm_fingerprint's options but record (host_state's fingerprint suboptions).
@@ -204,7 +203,6 @@ def evaluate(module, params):
     service = service_state(module, params["unit"])
     action, reason = decide(matches, in_place, service, pending, digest)
     result = dict(digest=digest, recorded_digest=recorded_digest, matches=matches, in_place=in_place,
-                  differences=[] if matches else differences(recorded.get("fingerprint") if recorded else None,
-                                                               fingerprint),
+                  differences=[] if matches else differences(recorded.get("fingerprint") if recorded else None, fingerprint),
                   drift=drift, service=service, action=action, reason=reason)
     return result, fingerprint, pending

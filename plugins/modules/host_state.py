@@ -21,9 +21,9 @@ description:
     that the task can be skipped when the list is empty. O(files[].validate) is not used here. The
     contents are compared on the host and never returned.
   - Given O(fingerprint), it compares the staged state of a vLLM service with the one recorded after
-    its last verified start, as M(fleet.vllm.vllm_fingerprint) does without O(fleet.vllm.vllm_fingerprint#module:record),
-    and returns that module's answer in RV(fingerprint) - valid while nothing it covers is written
-    after this look.
+    its last verified start, as M(fleet.vllm.vllm_fingerprint) does without its
+    O(fleet.vllm.vllm_fingerprint#module:record), and returns that module's answer in RV(fingerprint) - valid
+    while nothing it covers is written after this look.
   - It never changes anything and runs the same in check mode.
 author:
   - fleet.vllm developers (@fleet-vllm)
@@ -82,8 +82,8 @@ options:
     default: []
   fingerprint:
     description:
-      - The options of M(fleet.vllm.vllm_fingerprint) (but O(fleet.vllm.vllm_fingerprint#module:record)): compare, record
-        nothing.
+      - The options of M(fleet.vllm.vllm_fingerprint) but O(fleet.vllm.vllm_fingerprint#module:record) - compare,
+        record nothing.
     type: dict
     suboptions:
       state_file:
