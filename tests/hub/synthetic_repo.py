@@ -272,16 +272,17 @@ def _plan(shards: int, shard_bytes: int):
     return plan
 
 
-def write_safetensors(path: Path, tensors) -> int:
-    """Write ``tensors`` ([(name, dtype, shape), ...]) as one safetensors file; returns the
-    number of data bytes."""
+def write_safetensors(path: Path, tensors, tensor_bytes=None) -> int:
+    """Write ``tensors`` ([(name, dtype, shape), ...]) as one safetensors file, each tensor's bytes
+    from ``tensor_bytes(name, dtype, shape)`` (default: this repo's); returns the number of data
+    bytes."""
     header = _header(tensors)
     data = 0
     with open(path, "wb") as fh:
         fh.write(struct.pack("<Q", len(header)))
         fh.write(header)
         for name, dtype, shape in tensors:
-            blob = _tensor_bytes(name, dtype, shape)
+            blob = (tensor_bytes or _tensor_bytes)(name, dtype, shape)
             fh.write(blob)
             data += len(blob)
     return data

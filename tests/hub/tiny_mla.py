@@ -244,22 +244,10 @@ def tensor_bytes(name: str, dtype: str, shape, seed: str = SEED) -> bytes:
     return bytes(out)
 
 
-def _header(entries) -> bytes:
-    return synthetic_repo._header(entries)  # pylint: disable=protected-access
-
-
 def write_safetensors(path: Path, entries, seed: str = SEED) -> int:
     """One safetensors file of ``entries`` ([(name, dtype, shape)]); returns its data bytes."""
-    header = _header(entries)
-    data = 0
-    with open(path, "wb") as fh:
-        fh.write(struct.pack("<Q", len(header)))
-        fh.write(header)
-        for name, dtype, shape in entries:
-            blob = tensor_bytes(name, dtype, shape, seed)
-            fh.write(blob)
-            data += len(blob)
-    return data
+    return synthetic_repo.write_safetensors(path, entries,
+                                            lambda name, dtype, shape: tensor_bytes(name, dtype, shape, seed))
 
 
 # --------------------------------------------------------------------------------------------
