@@ -53,6 +53,13 @@ KNOWN_BUILDS = {
 }
 
 
+def write_tree(root, files):
+    """Write {relative path: text} under root: a stand-in Python package tree."""
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
 def run_probe(args, check=False, env=None, timeout=600):
     """Run the module once (a module-scoped fixture cannot use the function-scoped run_module)."""
     import tempfile
@@ -413,9 +420,7 @@ MOVED_NIGHTLY = {
 
 
 def test_build_whose_backend_api_moved(run_module, tmp_path):
-    for name, text in MOVED_NIGHTLY.items():
-        (tmp_path / "moved" / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / "moved" / name).write_text(text)
+    write_tree(tmp_path / "moved", MOVED_NIGHTLY)
     run = run_module("vllm_probe", dict(python=sys.executable, environment={"PYTHONPATH": str(tmp_path / "moved")},
                                         model_path=KIMI, compute_capability="12.0"))
     assert not run.failed, run
@@ -704,9 +709,7 @@ def test_the_copy_of_vllms_rules_follows_the_build_when_vllm_cannot_resolve(run_
     might); vLLM 0.19.1 resolves such a declaration to auto (nvfp4 came in 0.20.0), so the
     backends, asked about nvfp4, are not used and the table decides for auto."""
     files = dict(MOVED_NIGHTLY, **{"vllm/__init__.py": "__version__ = '0.19.1'\n"})
-    for name, text in files.items():
-        (tmp_path / "build" / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / "build" / name).write_text(text)
+    write_tree(tmp_path / "build", files)
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({
@@ -918,9 +921,7 @@ def test_only_the_backend_the_cpu_platform_picks_counts(run_module, tmp_path, ti
     """vLLM's CPU platform picks AMX_MLA or CPU_MLA by the CPU and never falls back for the KV-cache
     dtype: an explicit bfloat16 is served where AMX_MLA is picked, not where CPU_MLA is, and with a
     pick the probe cannot place, every backend the platform may pick must accept."""
-    for name, text in FAKE_CPU_BUILD.items():
-        (tmp_path / "build" / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / "build" / name).write_text(text)
+    write_tree(tmp_path / "build", FAKE_CPU_BUILD)
     run = run_module("vllm_probe", dict(python=sys.executable, model_path=tiny["fp8kv"], platform="cpu",
                                         kv_cache_dtype="bfloat16",
                                         environment={"PYTHONPATH": str(tmp_path / "build"), "PICK": pick}))
