@@ -17,6 +17,7 @@ from ansible_collections.fleet.vllm.plugins.module_utils._snapshot import (
     bytes_on_disk,
     check,
     describe_problems,
+    file_key,
     free_bytes,
     hf_metadata_path,
     human_bytes,
@@ -334,3 +335,67 @@ def test_any_one_problem_makes_the_snapshot_incomplete(tmp_path, damage):
     complete = check(str(tmp_path), files)["complete"] and not verify_digests(str(tmp_path), files)["wrong_digest"]
     assert complete is False
     assert check(str(tmp_path), files, deep=True)["complete"] is (damage == "changed")
+
+
+def test_verify_digests_in_full(tmp_path):
+    """Every field of verify_digests' answer: what matches (with the key the record keeps), what
+    differs (sorted by path), what the listing gives no digest, what is skipped (missing, wrong
+    size), the bytes and files hashed, the progress after each file (largest first), and a record
+    that spares the hash of what it shows unchanged - unless deep, or its key or digest differ."""
+    files = snapshot(tmp_path)
+    tokenizer = b"tok"
+    (tmp_path / "tokenizer.json").write_bytes(tokenizer)
+    files.append(dict(path="tokenizer.json", size=3, git_sha1=hashlib.sha1(b"blob 3\0" + tokenizer).hexdigest()))
+    (tmp_path / "README.md").write_bytes(b"no")
+    files.append(dict(path="README.md", size=2))
+    files.append(dict(path="missing.bin", size=4, sha256="0" * 64))
+    (tmp_path / "short.bin").write_bytes(b"12")
+    files.append(dict(path="short.bin", size=9, sha256="0" * 64))
+    (tmp_path / "model-00002-of-00002.safetensors").write_bytes(b"Y" * 20)
+    (tmp_path / "config.json").write_bytes(b'{"a": 2}')
+    index = "model.safetensors.index.json"
+    index_size = os.path.getsize(tmp_path / index)
+    assert index_size > 20
+
+    def key(name):
+        return file_key(os.stat(tmp_path / name))
+
+    def sha(name):
+        return "sha256:" + hashlib.sha256((tmp_path / name).read_bytes()).hexdigest()
+
+    listed = {item["path"]: item for item in files}
+    progress = []
+    got = verify_digests(str(tmp_path), files, workers=1, progress=progress.append)
+    good = {name: dict(key=key(name), digest=sha(name)) for name in ("model-00001-of-00002.safetensors", index)}
+    good["tokenizer.json"] = dict(key=key("tokenizer.json"), digest="git-sha1:" + listed["tokenizer.json"]["git_sha1"])
+    assert got == dict(
+        verified=good,
+        wrong_digest=[dict(path="config.json", expected="sha256:" + listed["config.json"]["sha256"], actual=sha("config.json")),
+                      dict(path="model-00002-of-00002.safetensors",
+                           expected="sha256:" + listed["model-00002-of-00002.safetensors"]["sha256"],
+                           actual=sha("model-00002-of-00002.safetensors"))],
+        unverifiable=["README.md"], hashed_bytes=index_size + 20 + 10 + 8 + 3, hashed_files=5)
+    # one worker, largest first: the index, then the shards, the config, the tokenizer
+    assert progress == [index_size, index_size + 20, index_size + 30, index_size + 38, index_size + 41]
+
+    again = verify_digests(str(tmp_path), files, record_files=got["verified"])
+    assert (again["verified"], again["hashed_files"], again["hashed_bytes"]) == (good, 2, 28)
+    assert verify_digests(str(tmp_path), files, record_files=got["verified"], deep=True)["hashed_files"] == 5
+    touched = dict(good, **{"tokenizer.json": dict(good["tokenizer.json"], key=[3, 0, 0, 0])})
+    assert verify_digests(str(tmp_path), files, record_files=touched)["hashed_files"] == 3
+    relisted = dict(good, **{index: dict(good[index], digest="sha256:" + "f" * 64)})
+    redone = verify_digests(str(tmp_path), files, record_files=relisted)
+    assert (redone["hashed_files"], redone["verified"]) == (3, good)
+
+
+def test_verify_digests_names_what_it_cannot_read(tmp_path, monkeypatch):
+    files = snapshot(tmp_path)
+
+    def unreadable(path, kind, size=None):
+        raise OSError(13, "Permission denied")
+
+    monkeypatch.setattr(_snapshot, "digest_of", unreadable)
+    with pytest.raises(SnapshotError) as caught:
+        verify_digests(str(tmp_path), files[:2], workers=1)
+    assert str(caught.value) == "cannot read %s: Permission denied; %s: Permission denied" % (
+        tmp_path / "model-00001-of-00002.safetensors", tmp_path / "config.json")
