@@ -399,3 +399,17 @@ def test_verify_digests_names_what_it_cannot_read(tmp_path, monkeypatch):
         verify_digests(str(tmp_path), files[:2], workers=1)
     assert str(caught.value) == "cannot read %s: Permission denied; %s: Permission denied" % (
         tmp_path / "model-00001-of-00002.safetensors", tmp_path / "config.json")
+
+
+def test_describe_problems_of_digests_in_full():
+    """The digests' problems, word for word: what differs (both digests, at most `limit`, before the
+    sizes-only wrong_hash it replaces), and what is not verified yet (at most `limit`, then "...")."""
+    wrong = [dict(path="f%d" % n, actual="sha256:%d" % n, expected="sha256:e%d" % n) for n in range(3)]
+    got = describe_problems(result(complete=False, wrong_hash=["ignored"], wrong_digest=wrong,
+                                   unverified=["u1", "u2", "u3"]), limit=2)
+    assert got == ("3 file(s) whose content differs from the hub's listing (f0: sha256:0, the listing says sha256:e0, "
+                   "f1: sha256:1, the listing says sha256:e1); 3 file(s) not verified against the hub's listing yet "
+                   "(u1, u2, ...)")
+    assert describe_problems(result(complete=False, unverified=["u1", "u2"]), limit=2) == (
+        "2 file(s) not verified against the hub's listing yet (u1, u2)")
+    assert describe_problems(result(wrong_digest=[], unverified=[])) == ""
