@@ -77,6 +77,8 @@ SECRET_SPELLINGS = [
     ["--api-k", "s3cret"], ["--api-ke=s3cret"], ["--api_key", "s3cret"], ["--api_k=s3cret"],
     ["--api-key.x", "s3cret"], ["--API-KEY", "s3cret"], ["--hf-tok", "hf_x"], ["--hf_token=hf_x"],
     ["--hf-t", "hf_x"], ["--hf", "hf_x"], ["--max-num-seqs", "4", "--api-", "s3cret"],
+    # the flag is what comes before the first "=" and the first "."
+    ["--api-key.x.y", "s3cret"], ["--api-key=s3cret=x"],
 ]
 
 

@@ -143,6 +143,12 @@ def test_expected_names_the_pin():
      ["uv", "pip", "install", "vllm"], {"UV_FIND_LINKS": "https://u:p@m/wheels,/srv/w"}),
     ("pip", ["py", "-m", "pip", "install", "vllm==1", "--index-url", "https://m/simple"],
      ["py", "-m", "pip", "install", "vllm==1", "--index-url", "https://m/simple"], {}),
+    # "=" inside the URL: the option is what comes before the first one; the next argument stays
+    ("uv", ["uv", "pip", "install", "vllm", "--index-url=https://u:p@m/simple?x=1", "--python", "/v/bin/python"],
+     ["uv", "pip", "install", "vllm", "--python", "/v/bin/python"], {"UV_INDEX_URL": "https://u:p@m/simple?x=1"}),
+    # an option left without its value at the end is left to the installer to refuse
+    ("pip", ["py", "-m", "pip", "install", "vllm==1", "--index-url"], ["py", "-m", "pip", "install", "vllm==1", "--index-url"],
+     {}),
 ])
 def test_credentials_go_to_the_environment(installer, argv, kept, environ):
     assert rt.credentials_to_environment(installer, argv, has_credentials) == (kept, environ)
@@ -151,6 +157,8 @@ def test_credentials_go_to_the_environment(installer, argv, kept, environ):
 @pytest.mark.parametrize("argv", [
     ["py", "-m", "pip", "install", "vllm @ https://u:p@m/vllm-1.whl"],
     ["py", "-m", "pip", "install", "--index-url", "https://u:p@a/s", "-i", "https://b/s"],
+    # a short option joined with "=" is not one the installer reads as a location (optparse takes "=..." as the value)
+    ["py", "-m", "pip", "install", "-i=https://u:p@m/s"],
 ])
 def test_credentials_elsewhere_are_refused_without_showing_them(argv):
     with pytest.raises(ValueError) as err:
