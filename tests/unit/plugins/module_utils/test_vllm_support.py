@@ -423,3 +423,29 @@ def test_backend_names_by_platform():
     assert backend_names("cpu", "standard") == ("CPU_ATTN",)
     assert backend_names("cuda", "mla")[0] == "TRITON_MLA"
     assert backend_names("cuda", "standard")[0] == "FLASH_ATTN"
+
+
+def test_cpu_table_answers_in_full():
+    """cpu_table_backends' whole answer: each backend's entry, the evidence line, the reasons word
+    for word - a release read, one that was not, and the MLA pick the table cannot place."""
+    from ansible_collections.fleet.vllm.plugins.module_utils._vllm_support import cpu_table_backends
+    read = "0.31.0, 0.32.0, 0.33.0"
+    assert cpu_table_backends("0.32.0", "fp8_e4m3", "standard") == (
+        [dict(name="CPU_ATTN", accepts=True, reasons=[], kv_cache_dtypes=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"],
+              compute_capability_supported=None)],
+        ["CPU backends of vLLM 0.32.0 (releases read: %s): CPU_ATTN takes auto, fp8, fp8_e4m3, fp8_e5m2" % read])
+    backends, evidence = cpu_table_backends("0.32.0", "bfloat16", "mla")
+    assert backends == [
+        dict(name="CPU_MLA", accepts=False, reasons=["kv_cache_dtype not supported: CPU_MLA takes auto in vLLM 0.32.0"],
+             kv_cache_dtypes=["auto"], compute_capability_supported=None),
+        dict(name="AMX_MLA", accepts=False,
+             reasons=["the CPU platform may pick CPU_MLA instead, which refuses bfloat16 (it picks by the CPU's AMX "
+                      "support, not by the KV-cache dtype)"],
+             kv_cache_dtypes=["auto", "float16", "bfloat16"], compute_capability_supported=None)]
+    assert evidence == ["CPU backends of vLLM 0.32.0 (releases read: %s): CPU_MLA takes auto; AMX_MLA takes auto, "
+                        "float16, bfloat16" % read]
+    reason = ("undetermined: the CPU backends of vLLM 0.30.0 were not read (releases read: %s); counted as not accepting "
+              "auto, ask the build itself (method=introspection)" % read)
+    assert cpu_table_backends("0.30.0", "auto", "mla") == (
+        [dict(name=name, accepts=False, reasons=[reason], kv_cache_dtypes=None, compute_capability_supported=None)
+         for name in ("CPU_MLA", "AMX_MLA")], [reason])
