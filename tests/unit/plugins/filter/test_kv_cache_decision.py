@@ -145,3 +145,20 @@ def test_the_decision_follows_the_platform_the_probe_asked_about(probe, state, w
     assert decision["state"] == state
     assert where in decision["line"]
     assert ("compute capability" in decision["line"]) is (probe.get("platform") != "cpu")
+
+
+def test_the_decision_key_is_the_digest_of_the_inputs_then_each_rules_file():
+    """The key, computed here as the filter documents it: the inputs as sorted JSON (a value JSON
+    has no type for as its text), then each rules file framed by NUL, its name, NUL."""
+    import hashlib
+    import json
+    from pathlib import PurePosixPath
+
+    from ansible_collections.fleet.vllm.plugins.filter import kv_cache_decision as module
+
+    digest = hashlib.sha256(json.dumps(INPUTS, sort_keys=True).encode("utf-8"))
+    for name in module._RULES_SOURCES:
+        digest.update(b"\0" + name.encode("ascii") + b"\0" + (Path(module._COLLECTION_ROOT) / name).read_bytes())
+    assert module.kv_cache_decision_key(INPUTS) == digest.hexdigest()
+    as_path = dict(INPUTS, model_path=PurePosixPath(INPUTS["model_path"]))
+    assert module.kv_cache_decision_key(as_path) == digest.hexdigest()
