@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "collections")]
 
 from ansible_collections.fleet.vllm.plugins.module_utils import _snapshot as snap  # noqa: E402
+from ansible_collections.fleet.vllm.plugins.filter.config_value import config_value  # noqa: E402
 
 REPO = "nvidia/Kimi-K2.5-NVFP4"
 REPO_DIR = "nvidia--Kimi-K2.5-NVFP4"
@@ -193,6 +194,7 @@ def make_snapshot(base, gb, fill):
 def start_daemon(ends, base):
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROLE / "templates")), undefined=jinja2.StrictUndefined)
     env.filters["dirname"] = os.path.dirname
+    env.filters["fleet.vllm.config_value"] = config_value
     conf = base / "rsyncd.conf"
     conf.write_text(env.get_template("rsyncd.conf.j2").render(
         ansible_managed="benchmarks/peer_copy.py", vllm_weights_peer_max_connections=16,
