@@ -58,8 +58,8 @@ def test_patterns_as_huggingface_hub_reads_them(allow, ignore, paths):
     ({"files": []}, "weights_listing: the hub's tree listing is a JSON list of entries, got dict"),
     ([{"type": "file", "oid": BLOB, "path": ""}],
      "weights_listing: a file entry without a path: {'type': 'file', 'oid': '%s', 'path': ''}" % BLOB),
-    ([{"type": "file", "oid": BLOB, "path": 3}], "weights_listing: a file entry without a path: {'type': 'file', "
-                                                  "'oid': '%s', 'path': 3}" % BLOB),
+    ([{"type": "file", "oid": BLOB, "path": 3}],
+     "weights_listing: a file entry without a path: {'type': 'file', 'oid': '%s', 'path': 3}" % BLOB),
     ([{"type": "file", "size": 3, "path": "x.bin", "lfs": {"size": 3}}],
      "weights_listing: the hub lists x.bin without a git blob id (oid) or an LFS sha256: it cannot be verified; is "
      "this a Hugging Face Hub API?"),
