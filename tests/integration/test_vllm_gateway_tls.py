@@ -122,8 +122,10 @@ def request(door, method, path, key=None, body=None):
         headers["Authorization"] = "Bearer " + key
     try:
         connection.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
+        # Read before the answer: http.client drops the socket once it has read an answer that closes it.
+        cert = connection.sock.getpeercert()
         response = connection.getresponse()
-        return response.status, response.read().decode(), connection.sock.getpeercert()
+        return response.status, response.read().decode(), cert
     finally:
         connection.close()
 
