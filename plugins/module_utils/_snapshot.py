@@ -216,6 +216,22 @@ def write_record(path, repo_id, commit, directory, files):
     os.rename(tmp, path)
 
 
+def whole_file(directory, item):
+    """The stat of a listed file that is on disk whole (a regular file of the listed size), else None."""
+    try:
+        st = os.stat(os.path.join(directory, item["path"]))
+    except OSError:
+        return None
+    return st if stat.S_ISREG(st.st_mode) and st.st_size == item["size"] else None
+
+
+def hash_listed(full, expected, size):
+    """A file's digest of the kind ``expected`` names, and its key once read (whether it changed while it was
+    read is the caller's comparison). Raises IOError/OSError."""
+    actual = digest_of(full, expected.split(":", 1)[0], size)
+    return actual, file_key(os.stat(full))
+
+
 def verify_digests(directory, files, record_files=None, deep=False, workers=2, progress=None):
     """Hash the listed files that are on disk with their size, unless record_files (a verified record's
     ``files``) shows the same file (size, mtime, inode, device) was hashed to the expected digest before.
@@ -228,11 +244,8 @@ def verify_digests(directory, files, record_files=None, deep=False, workers=2, p
     verified, wrong, unverifiable, todo = {}, [], [], []
     for item in normalise_files(files):
         full = os.path.join(directory, item["path"])
-        try:
-            st = os.stat(full)
-        except OSError:
-            continue
-        if not stat.S_ISREG(st.st_mode) or st.st_size != item["size"]:
+        st = whole_file(directory, item)
+        if st is None:
             continue
         expected = expected_digest(item)
         if expected is None:
@@ -255,8 +268,7 @@ def verify_digests(directory, files, record_files=None, deep=False, workers=2, p
                     return
                 item, full, expected, key = queue.pop(0)
             try:
-                actual = digest_of(full, expected.split(":", 1)[0], item["size"])
-                st = os.stat(full)
+                actual, after = hash_listed(full, expected, item["size"])
             except (IOError, OSError) as exc:
                 with lock:
                     errors.append("%s: %s" % (full, exc.strerror or exc))
@@ -264,7 +276,7 @@ def verify_digests(directory, files, record_files=None, deep=False, workers=2, p
             with lock:
                 done["bytes"] += item["size"]
                 done["files"] += 1
-                if actual == expected and file_key(st) == key:
+                if actual == expected and after == key:
                     verified[item["path"]] = dict(key=key, digest=expected)
                 elif actual != expected:
                     wrong.append(dict(path=item["path"], expected=expected, actual=actual))
@@ -295,11 +307,8 @@ def recorded(directory, files, record_files):
         expected = expected_digest(item)
         if not isinstance(known, dict) or expected is None or known.get("digest") != expected:
             continue
-        try:
-            st = os.stat(os.path.join(directory, item["path"]))
-        except OSError:
-            continue
-        if stat.S_ISREG(st.st_mode) and st.st_size == item["size"] and file_key(st) == known.get("key"):
+        st = whole_file(directory, item)
+        if st is not None and file_key(st) == known.get("key"):
             verified[item["path"]] = dict(key=file_key(st), digest=expected)
     return verified
 

@@ -358,7 +358,6 @@ import fcntl
 import json
 import os
 import random
-import stat
 import threading
 import time
 
@@ -1024,21 +1023,16 @@ class HfSnapshot(object):
             for item in list(pending):
                 if stop.is_set():
                     return
-                full = os.path.join(directory, item["path"])
-                try:
-                    before = os.stat(full)
-                except OSError:
-                    continue
-                if not stat.S_ISREG(before.st_mode) or before.st_size != item["size"]:
+                before = snap.whole_file(directory, item)
+                if before is None:
                     continue
                 expected = snap.expected_digest(item)
                 try:
-                    actual = snap.digest_of(full, expected.split(":", 1)[0], item["size"])
-                    after = os.stat(full)
+                    actual, after = snap.hash_listed(os.path.join(directory, item["path"]), expected, item["size"])
                 except (IOError, OSError):
                     continue
-                if actual == expected and snap.file_key(after) == snap.file_key(before):
-                    self.arrived[item["path"]] = dict(key=snap.file_key(after), digest=expected)
+                if actual == expected and after == snap.file_key(before):
+                    self.arrived[item["path"]] = dict(key=after, digest=expected)
                 pending.remove(item)
                 progressed = True
             if not progressed:
