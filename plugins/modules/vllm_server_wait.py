@@ -17,8 +17,12 @@ description:
     (C(NRestarts) grows, C(SubState=auto-restart)) the module fails at once with the last
     O(journal_lines) lines of its journal, instead of waiting for the timeout. A 503 from
     C(/health) (the engine died) fails the same way.
+  - When it fails so, the message leads with what the journal shows, read as
+    M(fleet.vllm.vllm_diagnose) reads it - the known failure, its cause and its fix, or else the
+    first error of the failed start - then the journal's last lines. The cause of a dead engine is
+    often further up than those lines (an engine core's traceback is hundreds of lines).
   - Then, with O(check_models), C(GET /v1/models) must list O(served_model_name); with
-    O(check_completion), a one-token C(POST /v1/chat/completions) must return a choice
+    O(check_completion), a two-token C(POST /v1/chat/completions) must return a choice
     (C(/health) can stay 200 while the engine hangs, vLLM issue 39863).
   - Only reads; it changes nothing.
 author:
@@ -67,7 +71,7 @@ options:
     type: bool
     default: true
   check_completion:
-    description: Require a one-token chat completion.
+    description: Require a two-token chat completion.
     type: bool
     default: true
   journal_lines:
@@ -104,7 +108,7 @@ models:
   type: list
   elements: str
 completion:
-  description: The text of the one-token completion; V(null) when not asked.
+  description: The text of the two-token completion; V(null) when not asked.
   returned: always
   type: str
 unit_state:
@@ -126,6 +130,24 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native, to_text
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.urls import open_url
+from ansible_collections.fleet.vllm.plugins.module_utils import _failures
+
+# Journal lines read to find the cause of a death (a worker's traceback and the engine core's and
+# API server's after it run to a few hundred lines).
+CAUSE_WINDOW = 1000
+
+
+def cause_of(journal, unit):
+    """What the journal says of a death, for the failure message: '' when it says nothing known."""
+    if not journal:
+        return ""
+    text = "\n".join(journal)
+    findings = [f for f in _failures.diagnose(text, unit=unit)["findings"] if f["id"] != "engine_core_died"]
+    if findings:
+        return "".join("; %s (%s): %s Fix: %s The journal: %s" % (f["title"], f["id"], f["cause"], f["remedy"], " | ".join(f["evidence"]))
+                       for f in findings)
+    error = _failures.root_error(_failures.relevant(_failures.parse(text), False))
+    return "; the first error of the failed start: %s" % error.msg.strip() if error is not None else ""
 
 
 class Waiter(object):
@@ -174,14 +196,17 @@ class Waiter(object):
         journalctl = self.module.get_bin_path("journalctl")
         if not journalctl or not self.params["unit"]:
             return []
+        lines = max(self.params["journal_lines"], CAUSE_WINDOW)
         rc, out, err = self.module.run_command(
-            [journalctl, "-u", self.params["unit"], "-n", str(self.params["journal_lines"]), "--no-pager", "-o", "cat"],
+            [journalctl, "-u", self.params["unit"], "-n", str(lines), "--no-pager", "-o", "cat"],
             environ_update={"LC_ALL": "C"})
         return out.splitlines() if rc == 0 else ["journalctl failed: %s" % err.strip()]
 
     def died(self, why):
-        self.result["journal"] = self.journal()
-        self.fail("%s; the last lines of its journal:\n%s" % (why, "\n".join(self.result["journal"])))
+        journal = self.journal()
+        self.result["journal"] = journal[-self.params["journal_lines"]:] if self.params["journal_lines"] > 0 else []
+        self.fail("%s%s; the last lines of its journal:\n%s" % (why, cause_of(journal, self.params["unit"]),
+                                                                "\n".join(self.result["journal"])))
 
     def wait_health(self):
         restarts = None
@@ -221,19 +246,19 @@ class Waiter(object):
                                                          self.params["served_model_name"]))
 
     def check_completion(self):
-        payload = {"model": self.params["served_model_name"], "max_tokens": 1,
+        payload = {"model": self.params["served_model_name"], "max_tokens": _failures.PROBE_MAX_TOKENS,
                    "messages": [{"role": "user", "content": "Say OK."}]}
         status, body = self.request("/v1/chat/completions", data=json.dumps(payload))
         if status != 200:
             # /health said 200: the engine behind it may be dead or hung; its journal says why.
-            self.died("a one-token chat completion answers %s although /health answers 200: %s" % (
+            self.died("a two-token chat completion answers %s although /health answers 200: %s" % (
                 status if status else "nothing", to_text(body)[:500]))
         try:
             choice = json.loads(body)["choices"][0]
             message = choice.get("message") or {}
             self.result["completion"] = to_text(message.get("content") or message.get("reasoning_content") or "")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
-            self.fail("a one-token chat completion returned no choice (%s): %s" % (to_native(exc), to_text(body)[:500]))
+            self.fail("a two-token chat completion returned no choice (%s): %s" % (to_native(exc), to_text(body)[:500]))
 
     def run(self):
         self.wait_health()
@@ -241,7 +266,7 @@ class Waiter(object):
             self.check_models()
         if self.params["check_completion"] and self.module.check_mode:
             # A completion makes the engine generate (and lands in its logs and metrics): check mode sends none.
-            self.module.warn("check mode: the one-token completion was not sent")
+            self.module.warn("check mode: the two-token completion was not sent")
         elif self.params["check_completion"]:
             self.check_completion()
         self.result["ready"] = True

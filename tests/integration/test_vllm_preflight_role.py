@@ -248,6 +248,39 @@ def test_settings_the_specs_cannot_check_fail_first_with_what_to_do(tmp_path, hu
     assert results(out, "Check the host against what vLLM and the model need") == {}
 
 
+OWNER_NAME = "To read the model's size from the Hub, vllm_preflight_model_repo must be owner/name (%s)"
+
+
+@pytest.mark.parametrize("repo, accepted", [
+    pytest.param("fleet-vllm/tiny-deepseek-v3-mla-fp8kv", True, id="lower-case-s"),
+    pytest.param("not-a-repo", False, id="no-owner"),
+    pytest.param("fleet-vllm/tiny deepseek", False, id="white-space"),
+])
+def test_a_repo_id_with_an_s_is_owner_name(tmp_path, hub, repo, accepted):
+    r"""Regression: the owner/name check was written '[^/\\s]' in a folded block (>-), where the backslash is no
+    escape: Jinja's regex then excluded the backslash and the letter s, and refused every repo with a lower-case s in
+    it (nvidia/Kimi-K2.5-NVFP4 has none). White space is still refused."""
+    files, total = listing(2, 10 * 1024 * 1024)
+    tree = "/api/models/%s/tree/main?recursive=true" % repo
+    server = hub({tree: (200, files)})
+    proc, out = play(tmp_path, {"vllm_preflight_hub_endpoint": server.endpoint, "vllm_preflight_model_repo": repo,
+                                "vllm_preflight_model_dir": str(tmp_path / "models" / repo.replace("/", "--"))})
+
+    inputs = results(out, "Check the settings that argument specs cannot express")
+    assert sorted(inputs) == list(HOSTS)
+    if accepted:
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        assert not any(result.get("failed") for result in inputs.values()), inputs
+        assert server.requests == [(tree, "Bearer " + TOKEN)]
+        for result in results(out, "Check the host against what vLLM and the model need").values():
+            assert result["measured"]["disk"]["model_size_bytes"] == total
+    else:
+        assert proc.returncode == 2 and server.requests == []
+        for result in inputs.values():
+            assert result["failed"] is True and result["msg"].startswith(OWNER_NAME % repo), result["msg"]
+        assert results(out, "Check the host against what vLLM and the model need") == {}
+
+
 def test_argument_specs_mirror_the_defaults_key_for_key():
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     options = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]

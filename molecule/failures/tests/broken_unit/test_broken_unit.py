@@ -52,7 +52,7 @@ def test_verify_fails_for_the_broken_host_alone_and_changes_nothing():
     assert run["recap"][first]["failed"] == 0 and run["recap"][first]["ok"] >= 1, run["recap"]
     assert run["recap"][first]["changed"] == 0 and run["recap"][second]["changed"] == 0, run["recap"]
     # the report of the first host, as the callback wraps it
-    assert "a one-token completion returned" in " ".join(run["output_tail"].split())
+    assert "a two-token completion returned" in " ".join(run["output_tail"].split())
 
 
 def test_the_first_host_still_serves(host):

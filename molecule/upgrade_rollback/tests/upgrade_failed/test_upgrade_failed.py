@@ -21,7 +21,7 @@ def test_the_play_stopped_at_the_second_host_with_the_cause():
     assert run["rc"] != 0
     assert run["recap"][first]["failed"] == 0 and run["recap"][second]["failed"] == 1, run["recap"]
     output = run["output_tail"]
-    assert "a one-token chat completion answers 500 although /health answers 200" in output, output[-3000:]
+    assert "a two-token chat completion answers 500 although /health answers 200" in output, output[-3000:]
     assert "EngineCore encountered a fatal error" in output, "the journal's cause is not in the message"
     # The third host staged (it is in the recap, nothing failed) but was never in a rolling batch.
     assert run["recap"][third]["failed"] == 0, run["recap"]

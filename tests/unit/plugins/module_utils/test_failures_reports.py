@@ -491,8 +491,8 @@ def test_engine_unhealthy_behind_a_healthy_health_in_full():
     assert got == [finding(
         "engine_unhealthy",
         ["GET http://127.0.0.1:8001/health -> 200",
-         "POST http://127.0.0.1:8001/v1/chat/completions (model kimi, max_tokens 1) -> no answer within 7 s"] + stalls[1:],
-        "/health answers 200 but a one-token chat completion did not finish within 7 s: the API server process is alive "
+         "POST http://127.0.0.1:8001/v1/chat/completions (model kimi, max_tokens 2) -> no answer within 7 s"] + stalls[1:],
+        "/health answers 200 but a two-token chat completion did not finish within 7 s: the API server process is alive "
         "while the engine core is dead or stuck, which /health does not see (vLLM issue #39863).",
         "Restart the service (`systemctl restart vllm-b.service`; loading the model again takes many minutes), then confirm "
         "with `ansible-playbook playbooks/verify.yml`; fleet.vllm.vllm_gateway's gateways take such a host out of rotation "

