@@ -22,9 +22,12 @@ def test_the_deploy_failed_fast_with_the_units_journal():
     assert run["recap"][second]["failed"] == 1, run["recap"]
     assert first not in run["recap"], run["recap"]
     output = run["output_tail"]
-    # vllm_server_wait's unit watch: the unit's state and its journal, long before the ready timeout
-    assert "vllm.service is " in output and " while the model was loading; the last lines of its journal:" in output, \
-        output[-4000:]
+    # vllm_server_wait's unit watch: the unit's state, the known finding its journal shows, then the
+    # journal's last lines, long before the ready timeout
+    message = " ".join(output.split())
+    assert "vllm.service is " in message, output[-4000:]
+    assert " while the model was loading; vLLM rejected a command-line flag (rejected_flag): " in message, output[-4000:]
+    assert message.index("(rejected_flag)") < message.index("; the last lines of its journal:"), output[-4000:]
     assert "unrecognized arguments: --no-such-flag" in output, output[-4000:]
     ready_timeout = int(fleet.group_vars().get("vllm_server_ready_timeout", 3600))
     assert run["seconds"] < ready_timeout, run["seconds"]
