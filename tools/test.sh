@@ -8,7 +8,8 @@
 #   2. meanwhile: ansible-lint (production profile), antsibull-changelog lint,
 #      ansible-test sanity (tools/sanity.sh), then pytest (unit and integration tests, with the
 #      real vLLM where it can answer on a CPU: FLEET_VLLM_REQUIRE_VLLM=1);
-#   3. the scenarios' summary, and the end of their log when one failed.
+#   3. the end of the scenarios' log when one failed, then their summary and why each failed one
+#      failed (tests/hosts/failure_digest.py).
 #
 # The two halves run side by side because each leaves most of this machine's two cores idle
 # much of the time (waiting on services, subprocesses, the network): one after the other they
@@ -67,13 +68,17 @@ if [[ -n ${molecule_pid} ]]; then
     printf '\n== test.sh: waiting for the Molecule scenarios\n'
     wait "${molecule_pid}"
     read -r verdict seconds <"${logs}/molecule.result" || { verdict=FAILED; seconds=0; }
-    # The per-scenario lines molecule.sh prints last.
+    if [[ ${verdict} != passed ]]; then
+        printf '\n== test.sh: the end of %s:\n' "${logs}/molecule.log"
+        tail -n 150 "${logs}/molecule.log" | sed 's/\x1b\[[0-9;]*m//g'
+    fi
+    # The per-scenario lines molecule.sh prints last, with a few lines on why each failed one
+    # failed: last, so that they are in the tail of CI's log.
+    printf '\n'
     sed -n '/^molecule.sh: scenarios:/,$p' "${logs}/molecule.log"
     if [[ ${verdict} == passed ]]; then
         results+=("$(printf '%-10s passed in %4d s' molecule "${seconds}")")
     else
-        printf '\n== test.sh: the end of %s:\n' "${logs}/molecule.log"
-        tail -n 150 "${logs}/molecule.log" | sed 's/\x1b\[[0-9;]*m//g'
         results+=("$(printf '%-10s FAILED after %4d s' molecule "${seconds}")")
         failed=1
     fi

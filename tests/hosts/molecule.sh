@@ -49,19 +49,28 @@ fi
 
 shift
 (($#)) && scenarios=("$@")
-declare -a summary
+summary=()
+why=()
 failed=0
 total_start=${SECONDS}
+scenario_log=$(mktemp)
+trap 'rm -f "${scenario_log}"' EXIT
 for scenario in "${scenarios[@]}"; do
     t=${SECONDS}
-    if molecule test -s "${scenario}"; then
+    if molecule test -s "${scenario}" 2>&1 | tee "${scenario_log}"; then
         summary+=("$(printf '%-18s passed in %4d s' "${scenario}" $((SECONDS - t)))")
     else
         summary+=("$(printf '%-18s FAILED after %4d s' "${scenario}" $((SECONDS - t)))")
+        why+=("  ${scenario}:" "$(python "${here}/failure_digest.py" <"${scenario_log}" || true)")
         failed=1
     fi
 done
 log "scenarios:"
 printf '  %s\n' "${summary[@]}" >&2
+if ((${#why[@]})); then
+    # What failed, in a few lines: the step, the failed task or assertion (the whole output is above).
+    log "why:"
+    printf '%s\n' "${why[@]}" >&2
+fi
 log "all scenarios in $((SECONDS - total_start)) s (setup included: $((SECONDS - start)) s)"
 exit "${failed}"
