@@ -17,8 +17,11 @@ description:
     flight go on) and, with O(wait_timeout), waits until the server has no request in flight
     and none queued (C(scur) and C(qcur) of C(show stat)), or the timeout passes.
   - O(state=ready) sends C(set server BACKEND/SERVER state ready) and, with O(wait_timeout),
-    waits until HAProxy's own health checks say the server is C(UP); it fails when they do not
-    within the timeout, so that a rolling upgrade stops before it takes the next server away.
+    waits until HAProxy's own health checks say the server is C(UP) with no failed check pending;
+    it fails when they do not within the timeout, so that a rolling upgrade stops before it takes
+    the next server away. C(UP 1/2) (up, but its last check failed, and one more failure takes it
+    down) is not enough, since a check that failed while the engine restarted must be followed by
+    a good one.
   - O(state=maint) sends C(set server BACKEND/SERVER state maint).
   - A server that the backend does not have is reported (RV(found) is V(false)) with a warning,
     and nothing changes; a host onboarded with C(--limit) is added to the gateway by its next run.
@@ -55,7 +58,8 @@ options:
     required: true
   wait_timeout:
     description:
-      - Seconds to wait, after the change, for the server to be empty (O(state=drain)) or C(UP) (O(state=ready)).
+      - Seconds to wait, after the change, for the server to be empty (O(state=drain)) or C(UP) with no failed
+        check pending (O(state=ready)).
         V(0) does not wait.
     type: int
     default: 0
@@ -236,7 +240,8 @@ def main():
             if p["state"] == "drain":
                 done = now["scur"] == 0 and now["qcur"] == 0
             elif p["state"] == "ready":
-                done = now["status"].startswith("UP")
+                # "UP 1/2" is a server going down (its last check failed), not one that is up.
+                done = now["status"] == "UP"
             else:
                 done = True
             if done or time.monotonic() >= deadline:

@@ -125,6 +125,33 @@ def test_ready_fails_when_the_checks_never_say_up(run_module, tmp_path):
     assert result["failed"] and result["timed_out"] and "did not find it UP within 1 s" in result["msg"]
 
 
+def test_ready_waits_past_a_failed_check_for_a_good_one(run_module, api):
+    # A check that failed while the engine restarted leaves "UP 1/2" once the server is ready: one more
+    # failure takes it down. The wait ends only when a good check made it "UP" again (CI saw a roll end
+    # on "UP 1/2" when the wait took any status starting with UP).
+    api.state_bits = 0x08
+    original, reads = api.answer, []
+
+    def answer(command):
+        if command == "show stat" and api.state_bits == 0:
+            reads.append(command)
+            return STAT if len(reads) > 3 else STAT.replace(",UP,", ",UP 1/2,", 1)
+        return original(command)
+    api.answer = answer
+    result = run_module("haproxy_server", args(api, state="ready", wait_timeout=5, interval=0.1)).result
+    assert result["status"] == "UP" and not result["timed_out"] and len(reads) == 4, (result, reads)
+
+
+def test_ready_fails_when_a_failed_check_is_never_followed_by_a_good_one(run_module, api):
+    api.state_bits = 0x08
+    original = api.answer
+    api.answer = lambda command: (STAT.replace(",UP,", ",UP 1/2,", 1) if command == "show stat" and api.state_bits == 0
+                                  else original(command))
+    result = run_module("haproxy_server", args(api, state="ready", wait_timeout=1, interval=0.2)).result
+    assert result["failed"] and result["timed_out"] and result["status"] == "UP 1/2", result
+    assert "did not find it UP within 1 s (status UP 1/2)" in result["msg"]
+
+
 def test_an_unknown_server_is_a_warning_not_a_failure(run_module, api):
     result = run_module("haproxy_server", args(api, server="gpu-node-09", state="drain")).result
     assert not result["changed"] and not result["found"] and sets(api) == []
