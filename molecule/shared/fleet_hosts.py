@@ -204,7 +204,8 @@ def run(argv):
         return [127, "", str(e)]
     return [p.returncode, p.stdout, p.stderr]
 props = ("InvocationID,ActiveEnterTimestamp,ActiveEnterTimestampMonotonic,ActiveExitTimestampMonotonic,"
-         "InactiveEnterTimestampMonotonic,ExecMainPID,ExecMainStartTimestamp,NRestarts,ActiveState,SubState,UnitFileState")
+         "InactiveEnterTimestampMonotonic,ExecMainPID,ExecMainStartTimestamp,NRestarts,ActiveState,SubState,UnitFileState,"
+         "StartLimitBurst")
 out = run(["systemctl", "show", a["service"], "-p", props])[1]
 unit = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 facts = {"unit": unit, "files": files}
