@@ -84,6 +84,86 @@ class ModuleRun:
         return "ModuleRun(rc=%r, result=%r, stderr=%r)" % (self.rc, self.result, self.stderr[-2000:])
 
 
+# ---- what an unprivileged process runs: where it can read it -----------------------------------
+#
+# A test that starts a process as another account (nobody, as a unit's DynamicUser= would) must
+# hand it files that account can read. The checkout may sit under a directory only its owner can
+# enter (`mktemp -d`, /root): what such a process runs is copied out of it first, into a directory
+# every account can enter, and the copy is proven readable by asking the system as that account.
+
+try:
+    NOBODY = pwd.getpwnam("nobody").pw_uid
+except KeyError:
+    NOBODY = 65534
+
+
+def _as_account(uid, gid=None):
+    """A preexec_fn that makes the child the account uid (group gid, else uid), with no other groups."""
+
+    def preexec():
+        os.setgroups([])
+        os.setgid(uid if gid is None else gid)
+        os.setuid(uid)
+
+    return preexec
+
+
+def _can(flag, path, uid):
+    """Whether uid passes ``test FLAG path``, asked of the system as that account (needs root)."""
+    return subprocess.run(["test", flag, str(path)], preexec_fn=_as_account(uid), check=False,
+                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+
+
+def unreadable_reason(path, uid=NOBODY):
+    """None when the account uid can read path (and enter it, for a directory); else why not, naming the
+    first directory on the way it cannot enter, with that directory's mode and owner."""
+    path = Path(path)
+    if _can("-r", path, uid) and (not path.is_dir() or _can("-x", path, uid)):
+        return None
+    for parent in [*reversed(path.parents), path]:
+        if parent.is_dir() and not _can("-x", parent, uid):
+            st = parent.stat()
+            try:
+                owner = pwd.getpwuid(st.st_uid).pw_name
+            except KeyError:
+                owner = st.st_uid
+            return "uid %d cannot enter %s (mode %04o, owner %s)" % (uid, parent, st.st_mode & 0o7777, owner)
+    return "uid %d cannot read %s (mode %04o)" % (uid, path, path.stat().st_mode & 0o7777)
+
+
+def require_readable(path, uid=NOBODY):
+    """Stop the test at once, naming the path and why, when the account uid cannot read path."""
+    reason = unreadable_reason(path, uid)
+    if reason:
+        pytest.fail("%s must be readable by uid %d, which this test runs a process as, and is not: %s. Put the "
+                    "temporary directories where every account can enter (TMPDIR=/tmp)" % (path, uid, reason),
+                    pytrace=False)
+    return Path(path)
+
+
+def shared_tmpdir(prefix, uid=NOBODY):
+    """A new temporary directory (under TMPDIR) every account can enter, mode 0755 (tempfile's and
+    pytest's are private to their owner); proven so for uid when the tests run as root."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(path, 0o755)
+    if os.geteuid() == 0:
+        require_readable(path, uid)
+    return path
+
+
+def stage_for_account(source, directory, uid=NOBODY):
+    """Copy the file ``source`` (from the checkout, which may sit under a private directory) into
+    ``directory`` (under a shared_tmpdir), world-readable, and return the copy, proven readable by uid:
+    what a process started as uid runs."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    os.chmod(directory, 0o755)
+    target = directory / Path(source).name
+    shutil.copyfile(source, target)
+    os.chmod(target, 0o755 if os.access(source, os.X_OK) else 0o644)
+    return require_readable(target, uid)
+
+
 @pytest.fixture(scope="session")
 def _unprivileged_payload(tmp_path_factory):
     """What AnsiballZ would ship to a host, copied where an unprivileged user can read it:
@@ -91,8 +171,7 @@ def _unprivileged_payload(tmp_path_factory):
     under /root, which other users cannot enter.)"""
     import ansible
 
-    base = Path(tempfile.mkdtemp(prefix="fleet-vllm-payload-"))
-    os.chmod(base, 0o755)
+    base = shared_tmpdir("fleet-vllm-payload-")
     src = Path(ansible.__file__).parent
     dest = base / "ansible"
     dest.mkdir()
@@ -111,21 +190,14 @@ def _unprivileged_payload(tmp_path_factory):
 @pytest.fixture
 def world_tmp():
     """A temporary directory every user can enter (pytest's own is private to its user)."""
-    path = Path(tempfile.mkdtemp(prefix="fleet-vllm-test-"))
-    os.chmod(path, 0o755)
+    path = shared_tmpdir("fleet-vllm-test-")
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
 
 def _demote(user):
     entry = pwd.getpwnam(user)
-
-    def preexec():
-        os.setgroups([])
-        os.setgid(entry.pw_gid)
-        os.setuid(entry.pw_uid)
-
-    return preexec
+    return _as_account(entry.pw_uid, entry.pw_gid)
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ import jinja2
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from conftest import COLLECTIONS, ROOT
+from conftest import COLLECTIONS, NOBODY, ROOT, require_readable, shared_tmpdir, stage_for_account, unreadable_reason
 
 from ansible_collections.fleet.vllm.plugins.filter.config_value import config_value
 from ansible_collections.fleet.vllm.plugins.module_utils import _snapshot as snap
@@ -44,8 +44,6 @@ MODULE = "fleet-vllm-models"
 COPIERS = 24
 SLOTS = 4
 HANDSHAKE_TIMEOUT = 2
-
-NOBODY = 65534
 
 if os.geteuid() != 0 or not shutil.which("systemd-socket-activate") or not shutil.which("rsync") or not shutil.which("setpriv"):
     pytest.skip("needs root (the daemon runs as nobody, as the role's runs as a transient user), rsync, setpriv and "
@@ -72,8 +70,7 @@ def render_rsyncd_conf(base, networks, pristine=None):
 @pytest.fixture(scope="module")
 def base():
     # Every account can enter it: the daemon reads the snapshot as nobody, as on a host.
-    path = Path(tempfile.mkdtemp(prefix="fleet-vllm-peer-daemon-"))
-    os.chmod(path, 0o755)
+    path = shared_tmpdir("fleet-vllm-peer-daemon-")
     # What the unit's RuntimeDirectory= is: the only place the daemon's user may write (lock, log).
     (path / "run").mkdir()
     os.chown(path / "run", NOBODY, NOBODY)
@@ -108,16 +105,21 @@ def seed(base):
 @pytest.fixture(scope="module")
 def daemon(base, seed):
     """The role's daemon behind systemd-socket-activate. ``slow`` makes every transfer hold its slot a second longer
-    (rsync's pre-xfer exec, a test-only parameter), standing in for a long copy, so that copies overlap for sure."""
+    (rsync's pre-xfer exec, a test-only parameter), standing in for a long copy, so that copies overlap for sure.
+    ``gate`` is the handshake gate to run (the checkout's): nobody runs a copy of it under ``base``, since the
+    checkout may sit under a directory only root can enter (`mktemp -d`, /root)."""
     started = []
 
-    def start(networks, slow=False, pristine=None):
+    def start(networks, slow=False, pristine=None, gate=GATE):
         conf = base / ("rsyncd-%d.conf" % len(started))
         conf.write_text(render_rsyncd_conf(base, networks, pristine))
+        os.chmod(conf, 0o644)
+        require_readable(conf)  # rsync reads it as nobody
+        staged = stage_for_account(gate, base / ("bin-%d" % len(started)))
         port = free_port()
         argv = [shutil.which("systemd-socket-activate"), "--listen=127.0.0.1:%d" % port, "--accept", "--inetd",
                 shutil.which("setpriv"), "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY, "--clear-groups", "--no-new-privs",
-                "/usr/bin/python3", str(GATE), str(HANDSHAKE_TIMEOUT), shutil.which("rsync"), "--daemon", "--config=%s" % conf,
+                "/usr/bin/python3", str(staged), str(HANDSHAKE_TIMEOUT), shutil.which("rsync"), "--daemon", "--config=%s" % conf,
                 "--dparam=logfile=%s" % (base / "run" / "rsyncd.log")]
         if slow:
             argv.append("--dparam=pre-xfer exec=/bin/sleep 1")
@@ -237,3 +239,44 @@ def test_rsyncd_conf_refuses_a_path_that_would_add_lines(base, pristine, words):
     with pytest.raises(AnsibleFilterError) as err:
         render_rsyncd_conf(base, ["127.0.0.0/8"], pristine)
     assert all(word in str(err.value) for word in words), str(err.value)
+
+
+def test_the_daemon_runs_from_a_checkout_under_a_directory_only_root_can_enter(base, daemon):
+    """A checkout under a 0700 directory (`mktemp -d`, /root, where a newcomer working as root clones): nobody cannot
+    read the role's gate there, so the daemon's account runs a copy of it, and a real rsync client gets its answer.
+    (Run from the checkout itself, the gate failed to open and every client read "Connection reset by peer".)"""
+    private = Path(tempfile.mkdtemp(prefix="fleet-vllm-private-checkout-"))  # 0700, as mktemp -d makes it
+    try:
+        assert private.stat().st_mode & 0o777 == 0o700
+        gate = private / GATE.relative_to(ROOT)
+        gate.parent.mkdir(parents=True)
+        shutil.copy2(GATE, gate)
+        os.chmod(gate, 0o755)
+        # The premise, asked of the system as nobody: the checkout's own file cannot be read from there.
+        assert unreadable_reason(gate) == "uid %d cannot enter %s (mode 0700, owner root)" % (NOBODY, private)
+        direct = subprocess.run([shutil.which("setpriv"), "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY, "--clear-groups",
+                                 "/usr/bin/python3", str(gate), "1", "true"], capture_output=True, text=True, timeout=60,
+                                check=False)
+        assert direct.returncode == 2 and "Permission denied" in direct.stderr, (direct.returncode, direct.stderr)
+        url = daemon(["127.0.0.0/8"], gate=gate)
+        listing = subprocess.run(["rsync", "--contimeout=10", url + "/" + COMMIT + "/"], capture_output=True, text=True,
+                                 timeout=60, check=False)
+        assert listing.returncode == 0 and "config.json" in listing.stdout, listing.stderr
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def test_a_temporary_directory_nobody_can_reach_stops_the_test_naming_the_path(monkeypatch):
+    """TMPDIR under a private directory: the shared temporary directory is refused at once, naming the directory in
+    the way, instead of a daemon that cannot read its files."""
+    private = Path(tempfile.mkdtemp(prefix="fleet-vllm-private-tmp-"))  # 0700
+    try:
+        monkeypatch.setattr(tempfile, "tempdir", str(private))
+        with pytest.raises(pytest.fail.Exception) as stopped:
+            shared_tmpdir("fleet-vllm-unreachable-")
+        message = str(stopped.value)
+        assert "must be readable by uid %d" % NOBODY in message, message
+        assert "cannot enter %s (mode 0700, owner root)" % private in message, message
+        assert "TMPDIR" in message, message
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
