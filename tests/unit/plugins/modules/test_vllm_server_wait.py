@@ -215,6 +215,22 @@ def test_a_dead_engine_behind_a_healthy_health_fails_with_the_known_cause(run_mo
     assert (tmp_path / "journalctl.args").read_text().splitlines() == ["-u vllm.service -n 1000 --no-pager -o cat"]
 
 
+def test_the_amx_backends_refusal_of_the_fp8_kv_cache_is_named_too(run_module, tmp_path, server):
+    """The same failure where vLLM's CPU platform picks AMX_MLA (a CPU with AMX tiles; measured with the platform
+    made to see them): the backend's own assertion, named with the backend."""
+    journal = (FIXTURES / "journal" / "fp8-kv-cache-amx-first-request.txt").read_text(encoding="utf-8").splitlines()
+    server.completion = 500
+    env = fake_systemd(tmp_path, [LOADING], journal)
+    run = run_module("vllm_server_wait", {"url": url(server), "unit": "vllm.service", "served_model_name": "kimi",
+                                          "timeout": 30, "journal_lines": 5}, env=env)
+    msg = run.result["msg"]
+    assert run.result["failed"] and msg.startswith("a two-token chat completion answers 500 although /health answers 200: "), msg
+    head = msg[:msg.index(TAIL_HEADING)]
+    assert "(fp8_kv_cache_at_runtime): " in head and "picked on this platform (AMX_MLA) does not read" in head, head
+    assert "AMXMLAImpl only supports an unquantized (bf16) KV cache" in head, head
+    assert "(engine_core_died)" not in head, head
+
+
 def test_the_cause_of_an_unknown_failure_is_its_first_error():
     journal = (FIXTURES / "journal" / "unknown-import-error.txt").read_text(encoding="utf-8").splitlines()
     assert cause_of(journal, "vllm.service") == (
