@@ -8,6 +8,11 @@ script reads what the checks look at, from inside the host:
 - /dev/shm;
 - the engine's answers on loopback: /health, /v1/models, a chat completion, /metrics;
 - the unit's journal since its last start.
+
+Which MLA attention backend the engine runs is the host's: vLLM's CPU platform picks AMX_MLA on an
+x86 CPU with AMX tiles and CPU_MLA on any other (vllm/platforms/cpu.py, get_attn_backend_cls).
+The checks ask the installed vLLM which one it picks on the host at hand (``cpu_backend``) and hold
+the engine's log, the KV-cache decision and the seed's failure to that backend's own class.
 """
 
 from __future__ import annotations
@@ -48,6 +53,85 @@ journal = run(["journalctl", "-o", "cat", "--no-pager", "_SYSTEMD_INVOCATION_ID=
 shm = sorted(os.path.basename(p) for p in glob.glob("/dev/shm/*"))
 print(json.dumps({"unit": props, "procs": procs, "http": http, "journal": journal, "shm": shm}))
 """
+
+
+# Asked of the installed vLLM in the host, as the engine asks it at start: the backend its CPU
+# platform picks for this checkpoint's MLA layers, that class's own KV-cache dtypes, and what torch
+# says of the CPU. (vLLM's selector config; the layer's head size is kv_lora_rank + qk_rope_head_dim.)
+_BACKEND = r"""
+import json, sys
+import torch
+from vllm.platforms.cpu import CpuPlatform
+from vllm.v1.attention.backends.registry import AttentionBackendEnum
+from vllm.v1.attention.selector import AttentionSelectorConfig
+config = json.load(open(sys.argv[1]))
+wanted = dict(head_size=config["kv_lora_rank"] + config["qk_rope_head_dim"], dtype=torch.bfloat16, kv_cache_dtype="auto",
+              block_size=None, use_mla=True, has_sink=False, use_sparse=False, use_mm_prefix=False,
+              use_per_head_quant_scales=False, attn_type="decoder")
+path = CpuPlatform.get_attn_backend_cls(None, AttentionSelectorConfig(
+    **{k: v for k, v in wanted.items() if k in AttentionSelectorConfig._fields}))
+names = []
+for member in AttentionBackendEnum:
+    try:
+        if member.get_path() == path:
+            names.append(member.name)
+    except Exception:
+        pass
+assert len(names) == 1, (path, names)
+backend = AttentionBackendEnum[names[0]].get_class()
+print(json.dumps({"name": names[0], "path": path, "all": [member.name for member in AttentionBackendEnum],
+                  "kv_cache_dtypes": [str(d) for d in backend.supported_kv_cache_dtypes],
+                  "torch_sees_amx": bool(torch.cpu._is_amx_tile_supported())}))
+"""
+
+_BACKENDS = {}
+
+
+def cpu_backend(host):
+    """The MLA attention backend vLLM's CPU platform picks on this host, asked of the installed vLLM
+    (/opt/vllm/current): {"name", "path", "kv_cache_dtypes" (the class's own list), "torch_sees_amx",
+    "all" (the names of every attention backend of this build)}."""
+    name = fleet.name_of(host)
+    if name not in _BACKENDS:
+        _BACKENDS[name] = json.loads(host.check_output(
+            "env VLLM_TARGET_DEVICE=cpu /opt/vllm/current/bin/python -c %s %s", _BACKEND,
+            f"{fleet.SERVED_CURRENT}/config.json"))
+    return _BACKENDS[name]
+
+
+def takes_kv_cache_dtype(backend, dtype):
+    """Whether the backend's class lists the dtype (vLLM's "fp8" is "fp8_e4m3")."""
+    listed = set(backend["kv_cache_dtypes"])
+    return dtype in listed or (dtype == "fp8_e4m3" and "fp8" in listed)
+
+
+def assert_runs_the_backend_vllm_picks(host, journal):
+    """The engine says it runs the backend vLLM's CPU platform picks on this host, and only that one."""
+    backend = cpu_backend(host)
+    used = {name for name in re.findall(r"Using (\w+) backend\.", journal) if name in backend["all"]}
+    assert used == {backend["name"]}, (backend, sorted(used), journal[-3000:])
+    return backend
+
+
+def kv_cache_decision(host):
+    """The KV-cache decision the role recorded on the host (<fleet_vllm_state_dir>/kv-cache/*.json: one
+    served model, one record): its ``decision`` (state, reason, line)."""
+    records = host.check_output("ls -1 /var/lib/fleet-vllm/kv-cache").split()
+    assert len(records) == 1 and records[0].endswith(".json"), records
+    return json.loads(host.file(f"/var/lib/fleet-vllm/kv-cache/{records[0]}").content_string)["decision"]
+
+
+def assert_decision_follows_the_backend(host, checkpoint_dtype):
+    """Policy auto decided by the class of the backend vLLM's CPU platform picks on this host: the
+    evidence names that backend as the pick, and the checkpoint's KV cache was kept exactly when that
+    class lists its dtype."""
+    backend = cpu_backend(host)
+    decision = kv_cache_decision(host)
+    assert decision["line"].startswith(f"policy auto: checkpoint asks for {checkpoint_dtype};"), decision
+    assert f"on the CPU platform (it picks {backend['name']})" in decision["line"], (backend, decision)
+    kept = takes_kv_cache_dtype(backend, checkpoint_dtype)
+    assert decision["state"] == ("present" if kept else "absent"), (backend, decision)
+    return backend, decision
 
 
 def read(host):
@@ -107,7 +191,7 @@ def assert_real_engine_serving(host, version, max_model_len):
     assert len(venvs) == 1 and next(iter(venvs)).startswith("/opt/vllm/venvs/"), kernels
     venv = venvs.pop()
     assert "Failed to import from vllm._C" not in data["journal"], re.findall(r".*Failed to import.*", data["journal"])
-    assert "Using CPU_MLA backend" in data["journal"], data["journal"][-3000:]
+    assert_runs_the_backend_vllm_picks(host, data["journal"])
     assert f"V1 LLM engine (v{version})" in data["journal"], data["journal"][-3000:]
 
     answers = data["http"]

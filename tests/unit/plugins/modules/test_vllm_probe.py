@@ -738,7 +738,16 @@ def test_the_copy_of_vllms_rules_follows_the_build_when_vllm_cannot_resolve(run_
 # failure on the real CPU engine (the first completion kills it, docs/evidence.md section 5).
 
 CPU_MLA_NAMES = ["CPU_MLA", "AMX_MLA"]
-HAS_AMX = "amx_tile" in open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else False
+
+
+def cpu_platform_sees_amx(real):
+    """What vLLM's CPU platform asks of the processor to pick AMX_MLA (vllm/platforms/cpu.py: x86 and
+    torch.cpu._is_amx_tile_supported()), asked of the real build's own torch on this machine."""
+    out = subprocess.run([real["python"], "-c", "import platform, torch; print(platform.machine() in ('x86_64', 'AMD64') "
+                          "and torch.cpu._is_amx_tile_supported())"], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, **real["environment"]), check=True).stdout.split()
+    assert out[-1] in ("True", "False"), out
+    return out[-1] == "True"
 
 
 @pytest.fixture(scope="module")
@@ -808,7 +817,7 @@ def test_real_vllm_on_the_cpu_platform_decides_for_the_cpu_backend(cpu_runs, rea
     assert not stripped.failed, stripped
     assert stripped.result["kv_cache_dtype_resolved"] == "auto"
     assert stripped.result["backend_available"] is True
-    picked = "AMX_MLA" if HAS_AMX else "CPU_MLA"
+    picked = "AMX_MLA" if cpu_platform_sees_amx(real) else "CPU_MLA"
     assert [b["name"] for b in stripped.result["backends"] if b["accepts"]] == [picked]
     other = by_name(stripped)[CPU_MLA_NAMES[1 - CPU_MLA_NAMES.index(picked)]]
     assert other["reasons"] == ["not the backend vLLM's CPU platform picks on this host (%s)" % picked]
