@@ -14,6 +14,7 @@
 #   tests/hosts/molecule.sh test -s default      # arguments go to molecule
 #   tests/hosts/molecule.sh all                  # every scenario in turn, timed; what CI runs
 #   tests/hosts/molecule.sh all default kv_auto  # some of them
+#   tests/hosts/molecule.sh all real_engine@amx-flip  # the real engine on the other CPU backend
 #
 # Run as root. FLEET_VLLM_MOLECULE_PREFIX (default fleet-vllm) prefixes the containers' names, so
 # two people on one machine can run the same scenario at once; the network is always
@@ -26,8 +27,11 @@ root=$(cd "${here}/../.." && pwd)
 venv=${FLEET_VLLM_VENV:-${root}/.venv}
 export PATH=${venv}/bin:${PATH}
 export ANSIBLE_INJECT_FACT_VARS=false
-# The scenarios, in the order `all` runs them.
-scenarios=(default real_engine kv_auto onboard upgrade_rollback failures gateway)
+# The scenarios, in the order `all` runs them. NAME@amx-MODE runs NAME with
+# FLEET_VLLM_TEST_CPU_AMX=MODE: real_engine@amx-flip is the real engine on the MLA backend this
+# machine's processor does not get (AMX_MLA without AMX tiles, CPU_MLA with them; the test fixture
+# tests/fixtures/python/fleet_vllm_test_amx.py), so that both branches are proven on any machine.
+scenarios=(default real_engine real_engine@amx-flip kv_auto onboard upgrade_rollback failures gateway)
 
 log() { printf 'molecule.sh: %s\n' "$*" >&2; }
 
@@ -57,10 +61,13 @@ scenario_log=$(mktemp)
 trap 'rm -f "${scenario_log}"' EXIT
 for scenario in "${scenarios[@]}"; do
     t=${SECONDS}
-    if molecule test -s "${scenario}" 2>&1 | tee "${scenario_log}"; then
-        summary+=("$(printf '%-18s passed in %4d s' "${scenario}" $((SECONDS - t)))")
+    name=${scenario%%@*}
+    amx=${FLEET_VLLM_TEST_CPU_AMX:-}
+    [[ ${scenario} == *@amx-* ]] && amx=${scenario#*@amx-}
+    if FLEET_VLLM_TEST_CPU_AMX=${amx} molecule test -s "${name}" 2>&1 | tee "${scenario_log}"; then
+        summary+=("$(printf '%-22s passed in %4d s' "${scenario}" $((SECONDS - t)))")
     else
-        summary+=("$(printf '%-18s FAILED after %4d s' "${scenario}" $((SECONDS - t)))")
+        summary+=("$(printf '%-22s FAILED after %4d s' "${scenario}" $((SECONDS - t)))")
         why+=("  ${scenario}:" "$(python "${here}/failure_digest.py" <"${scenario_log}" || true)")
         failed=1
     fi
