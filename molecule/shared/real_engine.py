@@ -56,8 +56,8 @@ print(json.dumps({"unit": props, "procs": procs, "http": http, "journal": journa
 
 
 # Asked of the installed vLLM in the host, as the engine asks it at start: the backend its CPU
-# platform picks for this checkpoint's MLA layers, that class's own KV-cache dtypes, and what torch
-# says of the CPU. (vLLM's selector config; the layer's head size is kv_lora_rank + qk_rope_head_dim.)
+# platform picks for this checkpoint's MLA layers and that class's own KV-cache dtypes. (vLLM's
+# selector config; the layer's head size is kv_lora_rank + qk_rope_head_dim.)
 _BACKEND = r"""
 import json, sys
 import torch
@@ -80,8 +80,7 @@ for member in AttentionBackendEnum:
 assert len(names) == 1, (path, names)
 backend = AttentionBackendEnum[names[0]].get_class()
 print(json.dumps({"name": names[0], "path": path, "all": [member.name for member in AttentionBackendEnum],
-                  "kv_cache_dtypes": [str(d) for d in backend.supported_kv_cache_dtypes],
-                  "torch_sees_amx": bool(torch.cpu._is_amx_tile_supported())}))
+                  "kv_cache_dtypes": [str(d) for d in backend.supported_kv_cache_dtypes]}))
 """
 
 _BACKENDS = {}
@@ -89,8 +88,8 @@ _BACKENDS = {}
 
 def cpu_backend(host):
     """The MLA attention backend vLLM's CPU platform picks on this host, asked of the installed vLLM
-    (/opt/vllm/current): {"name", "path", "kv_cache_dtypes" (the class's own list), "torch_sees_amx",
-    "all" (the names of every attention backend of this build)}."""
+    (/opt/vllm/current): {"name", "path", "kv_cache_dtypes" (the class's own list), "all" (the names of
+    every attention backend of this build)}."""
     name = fleet.name_of(host)
     if name not in _BACKENDS:
         _BACKENDS[name] = json.loads(host.check_output(
