@@ -204,7 +204,9 @@ msg:
 
 import json
 import os
+import shutil
 import tempfile
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
@@ -439,6 +441,28 @@ class KvCacheConfig(object):
         # and the shared blob it pointed to is never opened for writing.
         self.module.atomic_move(tmp, dest)
 
+    def backup(self, path):
+        """A date-marked copy of what path holds (basename.PID.YYYY-MM-DD@HH:MM:SS~, as
+        AnsibleModule.backup_local names it), beside path.
+
+        Not backup_local itself: on ansible-core 2.16 its preserved_copy hands the source's file
+        attributes to chattr even when lsattr has none to report, and lsattr reports none for a
+        symbolic link - the Hugging Face cache layout, where config.json links into blobs/ - so the
+        backup failed with "chattr failed ... Operation not supported" (2.16's
+        set_attributes_if_different runs chattr for an empty attribute string; 2.17.0 skips it). The
+        copy follows the link (the content is what a restore needs), keeps the mode and times
+        (copy2) and the owner of what path resolves to; file attributes are not copied."""
+        dest = "%s.%s.%s" % (path, os.getpid(), time.strftime("%Y-%m-%d@%H:%M:%S~", time.localtime()))
+        try:
+            shutil.copy2(path, dest)
+            source = os.stat(path)
+            if (os.stat(dest).st_uid, os.stat(dest).st_gid) != (source.st_uid, source.st_gid):
+                os.chown(dest, source.st_uid, source.st_gid)
+        except (IOError, OSError, shutil.Error) as exc:
+            self.fail("cannot back up %s to %s: %s (no file of the checkpoint was changed; backup: false makes no copy)" % (
+                path, dest, to_native(exc)))
+        return dest
+
     def diff_entry(self, file_path, before, after):
         return dict(before_header=file_path, after_header=file_path, before=before, after=after)
 
@@ -546,16 +570,18 @@ class KvCacheConfig(object):
 
         # Write order keeps the way back at every step: on absent the record is written before
         # any declaration leaves a file; on present it is deleted only after all are back.
+        # The backups come first, all of them: one that cannot be made stops the task before any
+        # file has changed.
+        if self.module.params["backup"]:
+            for name in changes:
+                self.result["backup_files"].append(self.backup(self.files[name]["path"]))
+            if state == "present" and record is not None:
+                self.result["backup_files"].append(self.backup(self.record_path))
         if state == "absent":
             self.write_atomic(self.record_path, record_text)
         for name in changes:
-            dest = self.files[name]["path"]
-            if self.module.params["backup"]:
-                self.result["backup_files"].append(self.module.backup_local(dest))
-            self.write_atomic(dest, new_files[name]["text"])
+            self.write_atomic(self.files[name]["path"], new_files[name]["text"])
         if state == "present" and record is not None:
-            if self.module.params["backup"]:
-                self.result["backup_files"].append(self.module.backup_local(self.record_path))
             try:
                 os.unlink(self.record_path)
             except OSError as exc:

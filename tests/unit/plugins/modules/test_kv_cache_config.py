@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, prerequisite, snapshot
+from conftest import COLLECTIONS, FIXTURES, prerequisite, snapshot
 
 RECORD = ".fleet-vllm-kv-cache.json"
 
@@ -206,7 +206,13 @@ def test_symlinked_files_are_replaced_and_blobs_never_written(run_module, tmp_pa
     assert "kv_cache_scheme" not in _json(snap / "config.json")["quantization_config"]
     assert len(run.result["backup_files"]) == 2
     for backup in run.result["backup_files"]:
-        assert "kv_cache" in Path(backup).read_text(encoding="utf-8")
+        # A copy of the content the link led to, as a regular file beside the link (every
+        # supported core: 2.16's backup_local failed here in chattr).
+        assert not Path(backup).is_symlink()
+        assert Path(backup).parent == snap
+        name = Path(backup).name.split(".json.")[0] + ".json"
+        assert Path(backup).read_bytes() == (source / name).read_bytes()
+        assert stat.S_IMODE(Path(backup).stat().st_mode) == 0o444
 
     restore = run_module("kv_cache_config", {"path": str(snap), "state": "present"})
     assert restore.result["changed"] is True
@@ -447,3 +453,31 @@ def test_decision_file_needs_a_key(run_module, model_dir, tmp_path):
     run = run_module("kv_cache_config", {"path": str(model), "decision_file": str(tmp_path / "d.json")})
     assert run.failed and run.result["msg"] == "missing parameter(s) required by 'decision_file': decision_key"
     assert snapshot(tmp_path) == before
+
+
+def test_a_backup_that_cannot_be_made_changes_nothing(run_module, model_dir, tmp_path):
+    """Every backup is made before the first write: one that fails (here the second file's,
+    refused by a hook in the module's interpreter) leaves the checkpoint and the record as they
+    were, and the message names the file."""
+    model = model_dir("kimi-k2.5-nvfp4")
+    before = snapshot(model)
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import shutil\n"
+        "_copy2 = shutil.copy2\n"
+        "def copy2(src, dst, **kwargs):\n"
+        "    if str(src).endswith('hf_quant_config.json'):\n"
+        "        raise OSError(28, 'No space left on device')\n"
+        "    return _copy2(src, dst, **kwargs)\n"
+        "shutil.copy2 = copy2\n",
+        encoding="utf-8",
+    )
+    run = run_module("kv_cache_config", {"path": str(model), "backup": True},
+                     env={"PYTHONPATH": "%s:%s" % (hook, COLLECTIONS)})
+    assert run.failed, run
+    assert "cannot back up %s" % (model / "hf_quant_config.json") in run.result["msg"]
+    assert "No space left on device" in run.result["msg"]
+    after = {name: entry for name, entry in snapshot(model).items() if not name.endswith("~")}
+    assert after == before, "a file of the checkpoint changed although a backup failed"
+    assert not (model / RECORD).exists()
