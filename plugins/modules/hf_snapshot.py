@@ -358,6 +358,7 @@ import fcntl
 import json
 import os
 import random
+import tempfile
 import threading
 import time
 
@@ -404,6 +405,7 @@ class HfSnapshot(object):
         self.dest = os.path.abspath(self.params["dest"])
         self.result = dict(changed=False, revision=self.params["revision"], requests=0, msg="")
         self.progress_state = {}
+        self.progress_lock = threading.Lock()
         self.xet_disabled = self.params["disable_xet"]
         # Peers: the candidates in order, the one copying now (None: the hub), what each answered, time waited.
         self.peers = [url.rstrip("/") for url in self.params["peer"] or []]
@@ -605,21 +607,34 @@ class HfSnapshot(object):
     # ---- progress ------------------------------------------------------------------------
 
     def write_progress(self, **fields):
+        """Rewrite the progress record. Called from several threads at once (the hashing workers'
+        progress callback, the watchdog, the main loop): one writer at a time, each through a
+        temporary file of its own - with one name per process, a second writer truncated the
+        first one's file and found it renamed away ("[Errno 2] No such file or directory")."""
         path = self.params["progress_file"]
-        self.progress_state.update(fields, updated=time.time())
-        self.progress_state["line"] = snap.progress_line(self.progress_state)
-        if not path or self.module.check_mode:
-            return
-        tmp = "%s.%d.tmp" % (path, os.getpid())
-        try:
-            if not os.path.isdir(os.path.dirname(path) or "/"):
-                os.makedirs(os.path.dirname(path), 0o755)
-            with open(tmp, "w") as handle:
-                # The record is world-readable: an endpoint's credentials stay out of it.
-                json.dump(mask_all(self.progress_state), handle, sort_keys=True)
-            os.rename(tmp, path)
-        except (IOError, OSError) as exc:
-            self.module.warn("cannot write the progress record %s: %s" % (path, exc))
+        with self.progress_lock:
+            self.progress_state.update(fields, updated=time.time())
+            self.progress_state["line"] = snap.progress_line(self.progress_state)
+            if not path or self.module.check_mode:
+                return
+            directory = os.path.dirname(path) or "/"
+            tmp = None
+            try:
+                if not os.path.isdir(directory):
+                    os.makedirs(directory, 0o755)
+                fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), suffix=".tmp", dir=directory)
+                # The record is world-readable (whatever the umask): an endpoint's credentials stay out of it.
+                os.fchmod(fd, 0o644)
+                with os.fdopen(fd, "w") as handle:
+                    json.dump(mask_all(self.progress_state), handle, sort_keys=True)
+                os.rename(tmp, path)
+            except (IOError, OSError) as exc:
+                if tmp is not None:
+                    try:
+                        os.unlink(tmp)
+                    except OSError:
+                        pass
+                self.module.warn("cannot write the progress record %s: %s" % (path, exc))
 
     # ---- the steps -----------------------------------------------------------------------
 

@@ -541,3 +541,45 @@ def test_a_full_disk_fails_at_once_and_leaves_no_wrong_sized_file(run_module, hu
     # Not retried: each shard was asked for once at most.
     gets = [r["path"].rsplit("/", 1)[-1] for r in file_gets(hub) if r["path"].endswith(".safetensors")]
     assert len(gets) == len(set(gets)), gets
+
+
+def test_progress_record_from_many_threads_into_a_missing_directory(tmp_path):
+    """The hashing workers, the watchdog and the main loop all write the progress record. Written
+    as on a bare host's first deploy (its directory absent) from eight threads at once: the
+    directory is made, no write is lost to another's temporary file (a shared one per process
+    lost them: "[Errno 2] No such file or directory", measured by `make test-ee`), and the record
+    is whole JSON, world-readable, with no temporary file left."""
+    import threading  # pylint: disable=import-outside-toplevel
+
+    from ansible_collections.fleet.vllm.plugins.modules import hf_snapshot  # pylint: disable=import-outside-toplevel
+
+    class Module:  # what write_progress asks of AnsibleModule
+        check_mode = False
+
+        def __init__(self, params):
+            self.params = params
+            self.warnings = []
+
+        def warn(self, text):
+            self.warnings.append(text)
+
+    record = tmp_path / "state" / "weights" / "weights-org--model.progress.json"
+    module = Module(dict(dest=str(tmp_path / "pristine"), revision="main", disable_xet=False, peer=None,
+                         progress_file=str(record)))
+    writer = hf_snapshot.HfSnapshot(module)
+    old_umask = os.umask(0o077)
+    try:
+        threads = [threading.Thread(target=lambda n=n: [writer.write_progress(state="running", bytes_done=n * 1000 + i,
+                                                                               bytes_total=10 ** 6) for i in range(150)])
+                   for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        os.umask(old_umask)
+    assert module.warnings == []
+    assert json.loads(record.read_text())["state"] == "running"
+    assert oct(record.stat().st_mode & 0o777) == "0o644"
+    assert sorted(p.name for p in record.parent.iterdir()) == [record.name]
+
