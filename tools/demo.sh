@@ -21,7 +21,8 @@
 #   4. tests/hosts/mirror.sh up: the site's hub mirror (olah) serving a small Kimi-K2.5-shaped
 #      nvidia/Kimi-K2.5-NVFP4, and the wheelhouse, on the podman network fleet-vllm-net;
 #   5. two test hosts, fleet-vllm-demo-1 and -2 (podman run, systemd as PID 1), on that network,
-#      their front door (port 8080, fleet.vllm.vllm_gateway) published on 127.0.0.1:8000 and
+#      their front door (fleet.vllm.vllm_gateway; its port, key and served model asked of the
+#      roles with the demo's inventory: tests/hosts/endpoint.sh) published on 127.0.0.1:8000 and
 #      127.0.0.1:8001, the wheelhouse at /srv/wheelhouse;
 #   6. molecule/shared/prepare.yml: the fixture nvidia-smi (8x RTX PRO 6000) on each host (the
 #      real engine's inventory says fleet_vllm_platform: cpu and reads no GPU);
@@ -52,6 +53,8 @@ fi
 [[ -x ${root}/.venv/bin/ansible-playbook ]] || tools/bootstrap.sh
 export PATH=${root}/.venv/bin:${PATH}
 export ANSIBLE_INJECT_FACT_VARS=false
+# shellcheck source=tests/hosts/endpoint.sh
+. "${hosts_dir}/endpoint.sh"
 
 say "1-4. machine, test-host image, wheelhouse, hub mirror"
 "${hosts_dir}/prepare-machine.sh"
@@ -63,18 +66,22 @@ export FLEET_VLLM_MIRROR_URL
 echo "image ${image}; wheelhouse ${wheelhouse}; mirror ${FLEET_VLLM_MIRROR_URL} (http://fleet-vllm-mirror:8090 on ${network})"
 
 say "5. test hosts ${demo_hosts[*]}"
+answers=${root}/.cache/demo-endpoints
+endpoints_ask "${inventory}" "${answers}"
+frontdoor_port=$(endpoint_field "${answers}" "${demo_hosts[0]}" port)
 port=${first_port}
 for name in "${demo_hosts[@]}"; do
-    have=$(podman container inspect --format '{{.ImageName}} {{.State.Running}} {{index .Config.Labels "org.fleet-vllm.demo-engine"}}' \
+    have=$(podman container inspect --format '{{.ImageName}} {{.State.Running}} {{index .Config.Labels "org.fleet-vllm.demo-engine"}} {{index .Config.Labels "org.fleet-vllm.demo-frontdoor"}}' \
         "${name}" 2>/dev/null || true)
-    if [[ ${have} == "${image} true ${engine}" ]]; then
+    if [[ ${have} == "${image} true ${engine} ${frontdoor_port}" ]]; then
         echo "${name}: running (127.0.0.1:${port})"
     else
         [[ -n ${have} ]] && podman rm --force --time 0 "${name}" >/dev/null
         podman run --detach --name "${name}" --hostname "${name}" --network "${network}" \
-            --systemd=always --publish "127.0.0.1:${port}:8080" \
+            --systemd=always --publish "127.0.0.1:${port}:${frontdoor_port}" \
             --volume "${wheelhouse}:/srv/wheelhouse:ro" "${run_opts[@]}" \
-            --label org.fleet-vllm.demo=1 --label "org.fleet-vllm.demo-engine=${engine}" "${image}" >/dev/null
+            --label org.fleet-vllm.demo=1 --label "org.fleet-vllm.demo-engine=${engine}" \
+            --label "org.fleet-vllm.demo-frontdoor=${frontdoor_port}" "${image}" >/dev/null
         echo "${name}: started (127.0.0.1:${port})"
     fi
     port=$((port + 1))
@@ -101,11 +108,9 @@ ansible-playbook deploy.yml -i "${inventory}"
 deploy_seconds=$((SECONDS - deploy_start))
 
 say "8. the endpoint"
-api_key=$(python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1])).get("vllm_server_api_key") or "")' \
-    inventories/demo/group_vars/vllm_servers.yml)
-model=$(python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["vllm_server_served_model_name"])' \
-    inventories/demo/group_vars/vllm_servers.yml)
-url=http://127.0.0.1:${first_port}
+api_key=$(endpoint_field "${answers}" "${demo_hosts[0]}" api_key)
+model=$(endpoint_field "${answers}" "${demo_hosts[0]}" model)
+url=$(endpoint_field "${answers}" "${demo_hosts[0]}" scheme)://127.0.0.1:${first_port}
 auth=()
 shown=
 if [[ -n ${api_key} ]]; then

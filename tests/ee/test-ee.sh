@@ -12,10 +12,14 @@
 #      inventory, the demo fleet's group_vars - and `ansible-navigator run deploy.yml --mode
 #      stdout` in the EE against the two hosts; the playbook and roles come from the EE, not from
 #      this checkout;
-#   5. checks: the run succeeded on both hosts, each host's endpoint answers /health and a chat
-#      completion with the API key, and a second run reports changed=0.
+#   5. checks: the run succeeded on both hosts and used the EE's collection; each host's front door,
+#      as a client on this machine meets it, refuses a request without the key (401) and answers
+#      /health, /v1/models and a chat completion with it; a second run reports changed=0. Where the
+#      front door listens and with what key are asked of the roles (tests/hosts/endpoint.sh:
+#      fleet.vllm.vllm_gateway's tasks_from endpoint, with the project's inventory), never
+#      repeated here: CI runs the same question (tests/integration/test_harness_endpoints.py).
 #
-#   make test-ee        # as root; 849 s with the images cached on a busy 2-core VM, about 10 more minutes from cold
+#   make test-ee        # as root; about 4 minutes from cold on a 2-core VM (images built), 2 with them cached
 #
 # The EE reaches the test hosts with community.docker's nsenter connection (the hosts have no
 # sshd): the EE container runs with --pid=host --privileged (to enter the hosts' namespaces)
@@ -33,6 +37,8 @@ ee_venv=${root}/.cache/ee-venv
 image_repo=localhost/fleet-vllm-ee
 hosts=("${prefix}-1" "${prefix}-2")
 start=${SECONDS}
+# shellcheck source=tests/hosts/endpoint.sh
+. "${hosts_dir}/endpoint.sh"
 
 say() { printf '\n== test-ee: %s\n' "$*"; }
 fail() { printf 'test-ee: FAILED: %s\n' "$*" >&2; exit 1; }
@@ -91,18 +97,39 @@ podman run --rm "${ee_image}" ansible-galaxy collection list fleet.vllm | grep -
     || fail "fleet.vllm is not installed in ${ee_image}"
 
 say "3. test hosts ${hosts[*]}"
-cleanup() { podman rm --force --ignore --time 0 "${hosts[@]}" >/dev/null 2>&1 || true; }
-trap cleanup EXIT
-cleanup
-for name in "${hosts[@]}"; do
-    podman run --detach --name "${name}" --hostname "${name}" --network fleet-vllm-net \
-        --systemd=always --volume "${wheelhouse}:/srv/wheelhouse:ro" --publish 127.0.0.1::8000 \
-        --label owner=fleet-vllm-test-ee "${host_image}" /sbin/init >/dev/null
-done
+# The project's inventory (as an AWX project holds it): the demo fleet's group_vars, the hosts
+# (their nsenter PIDs are added once they run). Its front door port, key and model come from the
+# roles, asked with this inventory.
 project=${work}/project
 rm -rf "${project}"
 mkdir -p "${project}/inventory/group_vars"
 cp inventories/demo/group_vars/vllm_servers.yml "${project}/inventory/group_vars/"
+project_inventory() {  # project_inventory [with-pids]
+    echo "all:"
+    echo "  children:"
+    echo "    vllm_servers:"
+    echo "      vars:"
+    echo "        ansible_connection: community.docker.nsenter"
+    echo "      hosts:"
+    for name in "${hosts[@]}"; do
+        echo "        ${name}:"
+        echo "          ansible_host: ${name}"
+        [[ -n ${1:-} ]] && echo "          ansible_nsenter_pid: $(podman container inspect --format '{{.State.Pid}}' "${name}")"
+    done
+    return 0
+}
+project_inventory >"${project}/inventory/hosts.yml"
+cleanup() { podman rm --force --ignore --time 0 "${hosts[@]}" >/dev/null 2>&1 || true; rm -rf "${work}/endpoints"; }
+trap cleanup EXIT
+cleanup
+endpoints_ask "${project}/inventory" "${work}/endpoints" || fail "asking the roles where the front doors listen"
+port=$(endpoint_field "${work}/endpoints" "${hosts[0]}" port)
+echo "test-ee: the roles put each host's front door on port ${port} ($(endpoint_field "${work}/endpoints" "${hosts[0]}" scheme))"
+for name in "${hosts[@]}"; do
+    podman run --detach --name "${name}" --hostname "${name}" --network fleet-vllm-net \
+        --systemd=always --volume "${wheelhouse}:/srv/wheelhouse:ro" --publish "127.0.0.1::${port}" \
+        --label owner=fleet-vllm-test-ee "${host_image}" /sbin/init >/dev/null
+done
 {
     echo "all:"
     echo "  children:"
@@ -134,20 +161,7 @@ callback_result_format = yaml
 [connection]
 pipelining = true
 EOF
-{
-    echo "all:"
-    echo "  children:"
-    echo "    vllm_servers:"
-    echo "      vars:"
-    echo "        ansible_connection: community.docker.nsenter"
-    echo "      hosts:"
-    for name in "${hosts[@]}"; do
-        pid=$(podman container inspect --format '{{.State.Pid}}' "${name}")
-        echo "        ${name}:"
-        echo "          ansible_host: ${name}"
-        echo "          ansible_nsenter_pid: ${pid}"
-    done
-} >"${project}/inventory/hosts.yml"
+project_inventory with-pids >"${project}/inventory/hosts.yml"
 
 navigate() {
     (cd "${project}" && "${ee_venv}/bin/ansible-navigator" run deploy.yml -i inventory/hosts.yml \
@@ -164,17 +178,12 @@ recap() { sed -n '/PLAY RECAP/,$p' "$1" | grep -E "^${prefix}-[12] "; }
 [[ $(recap "${work}/run1.log" | grep -c 'failed=0') -eq 2 ]] || fail "the first run did not succeed on both hosts"
 grep -q "${root}" "${work}/run1.log" && fail "the run used files of the checkout, not the EE's collection"
 
-say "5. the endpoints, and a second run that changes nothing"
-key=$(sed -n 's/^vllm_server_api_key: //p' inventories/demo/group_vars/vllm_servers.yml)
-model=$(sed -n 's/^vllm_server_served_model_name: //p' inventories/demo/group_vars/vllm_servers.yml)
+say "5. the front doors, as a client meets them, and a second run that changes nothing"
 for name in "${hosts[@]}"; do
-    url=http://$(podman port "${name}" 8000/tcp)
-    [[ $(curl -s -o /dev/null -w '%{http_code}' "${url}/health") == 200 ]] || fail "${name}: /health"
-    answer=$(curl -s -H "Authorization: Bearer ${key}" -H 'Content-Type: application/json' \
-        -d "{\"model\": \"${model}\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": 4}" \
-        "${url}/v1/chat/completions")
-    grep -q '"chat.completion"' <<<"${answer}" || fail "${name}: no chat completion: ${answer}"
-    echo "test-ee: ${name} (${url}) answers /health and a chat completion"
+    url=$(endpoint_field "${work}/endpoints" "${name}" scheme)://$(podman port "${name}" "${port}/tcp")
+    problem=$(endpoint_probe "${url}" "$(endpoint_field "${work}/endpoints" "${name}" api_key)" \
+        "$(endpoint_field "${work}/endpoints" "${name}" model)") || fail "${name}: ${problem}"
+    echo "test-ee: ${name}'s front door (${url}) refuses a request without the key, answers /health, /v1/models and a chat completion with it"
 done
 t=${SECONDS}
 navigate >"${work}/run2.log"
@@ -182,4 +191,8 @@ rerun_seconds=$((SECONDS - t))
 recap "${work}/run2.log"
 [[ $(recap "${work}/run2.log" | grep -c 'changed=0 .*failed=0') -eq 2 ]] || fail "the second run changed something"
 
-say "passed: EE ${ee_image}; deploy ${deploy_seconds} s, rerun ${rerun_seconds} s (changed=0), $((SECONDS - start)) s in all"
+say "passed in $((SECONDS - start)) s"
+echo "test-ee proved: the collection tarball builds and installs into an EE image (${ee_image}, ansible-builder + Podman);"
+echo "  ansible-navigator run deploy.yml in it, with the EE's fleet.vllm and not this checkout's, deployed ${#hosts[@]} hosts (${deploy_seconds} s);"
+echo "  each front door refuses a request without the key and serves /health, /v1/models and a chat completion with it;"
+echo "  a second run changed nothing (${rerun_seconds} s)."
