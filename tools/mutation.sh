@@ -16,6 +16,10 @@
 # mutant of vllm_server_argv they alone would take hours.
 #   tools/mutation.sh                  # a full run, then the summary
 #   tools/mutation.sh --summary-only   # the summary of the last run
+#   tools/mutation.sh --check          # CI's cheaper check (tools/test.sh), about a minute: the copy
+#       made as a run makes it, the tests mutmut selects run green in it (mutmut's first step:
+#       a red one there stops a run before any mutant), and every function that
+#       tools/mutation-equivalent.tsv explains still exists
 # python3 tools/mutation-survivors.py writes docs/mutation-survivors.tsv (every survivor, its change and
 # its category) and, with --table, the per-module table of docs/mutation.md from the last run.
 set -euo pipefail
@@ -31,14 +35,46 @@ link_collections() {  # DIR/collections/ansible_collections/fleet/vllm -> DIR, a
     ln -sfn ../../.. "$1/collections/ansible_collections/fleet/vllm"
 }
 
-if [[ ${1:-} != --summary-only ]]; then
-    start=${SECONDS}
-    rm -rf "${work}"
-    mkdir -p "${work}/${tree}"
+make_copy() {  # the copy mutmut works on: DIR/ansible_collections/fleet/vllm
+    rm -rf "$1"
+    mkdir -p "$1/${tree}"
     # the tracked files and the untracked ones that are not ignored, without the collections link
     (cd "${root}" && git ls-files -z --cached --others --exclude-standard | grep -zv '^collections/' \
-        | xargs -0 cp --parents -P -t "${work}/${tree}")
-    link_collections "${work}/${tree}"
+        | xargs -0 cp --parents -P -t "$1/${tree}")
+    link_collections "$1/${tree}"
+}
+
+if [[ ${1:-} == --check ]]; then
+    start=${SECONDS}
+    check=${root}/.cache/mutation-check
+    make_copy "${check}"
+    cd "${check}"
+    "${root}/.venv/bin/python" -m pytest -p no:cacheprovider -q -m "not vllm" \
+        "${tree}/tests/unit/plugins/filter/" "${tree}/tests/unit/plugins/module_utils/" | tail -n 3
+    "${root}/.venv/bin/python" - "${root}" <<'PY'
+import ast, pathlib, sys
+root = pathlib.Path(sys.argv[1])
+missing = []
+for line in (root / "tools" / "mutation-equivalent.tsv").read_text().splitlines():
+    if not line.strip() or line.startswith("#"):
+        continue
+    module, function = line.split("\t")[:2]
+    source = root / "plugins" / (module.replace(".", "/") + ".py")
+    names = {node.name for node in ast.walk(ast.parse(source.read_text()))
+             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))} if source.is_file() else set()
+    if function.split(".")[-1].split("__")[-1] not in names:
+        missing.append("%s.%s" % (module, function))
+if missing:
+    sys.exit("mutation: tools/mutation-equivalent.tsv explains functions that are gone: %s" % ", ".join(missing))
+PY
+    rm -rf "${check}"
+    echo "mutation --check proved: the tests a run selects pass in its copy, and every explained survivor's function exists ($((SECONDS - start)) s)"
+    exit 0
+fi
+
+if [[ ${1:-} != --summary-only ]]; then
+    start=${SECONDS}
+    make_copy "${work}"
     cat >"${work}/setup.cfg" <<CFG
 [mutmut]
 source_paths =
@@ -83,3 +119,4 @@ PY
 echo "mutation: survivors (mutmut show NAME in ${work} for the diff):"
 "${mutmut}" results 2>/dev/null | grep -v ': killed$' || true
 echo "mutation: python3 tools/mutation-survivors.py > docs/mutation-survivors.tsv lists them with their category"
+echo "mutation: proved what the rate above says (each mutant the tests reach, killed or surviving), in ${SECONDS} s in all"

@@ -6,15 +6,18 @@
 #      with systemd, the hub mirror, the engine simulator), started first and run in the
 #      background, their output in .cache/test-logs/molecule.log;
 #   2. meanwhile: ansible-lint (production profile), antsibull-changelog lint,
-#      ansible-test sanity (tools/sanity.sh), then pytest (unit and integration tests, with the
-#      real vLLM where it can answer on a CPU: FLEET_VLLM_REQUIRE_VLLM=1);
+#      ansible-test sanity (tools/sanity.sh), make mutation's cheaper check (tools/mutation.sh
+#      --check), then pytest (unit and integration tests, with the
+#      real vLLM where it can answer on a CPU: FLEET_VLLM_REQUIRE_VLLM=1), then the
+#      execution-environment test (tests/ee/test-ee.sh, make test-ee) and the modules' tests
+#      with the oldest supported ansible-core (tools/compat.sh oldest --modules);
 #   3. the end of the scenarios' log when one failed, then their summary and why each failed one
 #      failed (tests/hosts/failure_digest.py).
 #
 # The two halves run side by side because each leaves most of this machine's two cores idle
 # much of the time (waiting on services, subprocesses, the network): one after the other they
 # take well over CI's 30 minutes. Exit code 0 only when every part passed.
-#   FLEET_VLLM_SKIP_MOLECULE=1 tools/test.sh   # without the scenarios (no root, no Podman)
+#   FLEET_VLLM_SKIP_MOLECULE=1 tools/test.sh   # without the scenarios and test-ee (no root, no Podman)
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -62,7 +65,26 @@ fi
 step ansible-lint ansible-lint
 step changelog antsibull-changelog lint
 step sanity tools/sanity.sh
+# make mutation's setup and selected tests, its explained survivors still there (seconds).
+step mutation tools/mutation.sh --check
 step pytest env FLEET_VLLM_REQUIRE_VLLM=1 python -m pytest
+
+# The collection in an execution environment (make test-ee: ansible-builder, Podman, two hosts,
+# ansible-navigator): root and Podman as the scenarios, about 4 minutes from cold, run while the
+# scenarios still run. Its log in .cache/test-logs/test-ee.log; its end here.
+# shellcheck disable=SC2317  # called through step
+ee() {
+    local rc=0
+    tests/ee/test-ee.sh >"${logs}/test-ee.log" 2>&1 || rc=$?
+    sed 's/\x1b\[[0-9;]*[A-Za-z]//g' "${logs}/test-ee.log" | tail -n "$([[ ${rc} -eq 0 ]] && echo 6 || echo 60)"
+    return "${rc}"
+}
+if [[ -n ${molecule_pid} ]]; then
+    step test-ee ee
+fi
+# The modules under the oldest supported ansible-core's AnsibleModule (make test-compat runs the
+# rest: sanity and every unit test, with both ends of the range).
+step compat tools/compat.sh oldest --modules
 
 if [[ -n ${molecule_pid} ]]; then
     printf '\n== test.sh: waiting for the Molecule scenarios\n'
