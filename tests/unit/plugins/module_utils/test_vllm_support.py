@@ -145,7 +145,7 @@ def test_seed_build_has_no_mla_backend_for_fp8_on_sm120():
     [
         ("0.16.0", "auto", (12, 0), ["TRITON_MLA"]),
         ("0.16.0", "bfloat16", (12, 0), ["TRITON_MLA"]),
-        # 0.14.x's TRITON_MLA took only "auto": an explicit bfloat16 had no backend (issue #34752)
+        # 0.14.x's TRITON_MLA took only "auto": an explicit bfloat16 had no backend (PR #32795 fixed it in 0.15.0)
         ("0.14.0", "bfloat16", (12, 0), []),
         ("0.14.0", "fp8_e4m3", (12, 0), []),
         ("0.17.1", "fp8", (12, 0), []),
@@ -399,8 +399,10 @@ def test_payload_compiles_and_answers_json_without_vllm(tmp_path):
     ("0.31.0", "fp8", "mla", [], False),
     ("0.33.0+cpu", "fp8_e4m3", "mla", [], False),
     ("0.32.0", "auto", "mla", ["CPU_MLA", "AMX_MLA"], False),
-    # AMX_MLA takes bfloat16, CPU_MLA not; which one the CPU gets is the host's: neither counts
+    # neither MLA backend serves an explicit bfloat16 or float16 (AMX_MLA's class lists them, its
+    # KV-cache write asserts auto)
     ("0.32.0", "bfloat16", "mla", [], False),
+    ("0.33.0", "float16", "mla", [], False),
     ("0.32.0", "fp8_e4m3", "standard", ["CPU_ATTN"], False),
     ("0.30.0", "auto", "mla", [], True),
     ("0.32.0rc1", "fp8_e4m3", "standard", [], True),
@@ -439,13 +441,54 @@ def test_cpu_table_answers_in_full():
         dict(name="CPU_MLA", accepts=False, reasons=["kv_cache_dtype not supported: CPU_MLA takes auto in vLLM 0.32.0"],
              kv_cache_dtypes=["auto"], compute_capability_supported=None),
         dict(name="AMX_MLA", accepts=False,
-             reasons=["the CPU platform may pick CPU_MLA instead, which refuses bfloat16 (it picks by the CPU's AMX "
-                      "support, not by the KV-cache dtype)"],
-             kv_cache_dtypes=["auto", "float16", "bfloat16"], compute_capability_supported=None)]
-    assert evidence == ["CPU backends of vLLM 0.32.0 (releases read: %s): CPU_MLA takes auto; AMX_MLA takes auto, "
-                        "float16, bfloat16" % read]
+             reasons=["kv_cache_dtype not supported: AMX_MLA takes auto in vLLM 0.32.0 (AMXMLABackend inherits float16 "
+                      "and bfloat16 from the base class's supported_kv_cache_dtypes, but AMXMLAImpl.do_kv_cache_update "
+                      "asserts kv_cache_dtype == \"auto\" (vllm/v1/attention/backends/mla/amx_mla.py))"],
+             kv_cache_dtypes=["auto"], compute_capability_supported=None)]
+    assert evidence == ["CPU backends of vLLM 0.32.0 (releases read: %s): CPU_MLA takes auto; AMX_MLA takes auto" % read]
     reason = ("undetermined: the CPU backends of vLLM 0.30.0 were not read (releases read: %s); counted as not accepting "
               "auto, ask the build itself (method=introspection)" % read)
     assert cpu_table_backends("0.30.0", "auto", "mla") == (
         [dict(name=name, accepts=False, reasons=[reason], kv_cache_dtypes=None, compute_capability_supported=None)
          for name in ("CPU_MLA", "AMX_MLA")], [reason])
+
+
+def test_an_mla_dtype_only_one_cpu_backend_takes_counts_for_neither(monkeypatch):
+    """The CPU platform picks AMX_MLA or CPU_MLA by the processor, never by the KV-cache dtype: in
+    a build whose two MLA backends took different dtypes (none read does: CPU_TABLE gives both
+    auto alone), a dtype only one takes is accepted by neither."""
+    from ansible_collections.fleet.vllm.plugins.module_utils import _vllm_support
+    monkeypatch.setitem(_vllm_support.CPU_TABLE, "AMX_MLA", ("auto", "bfloat16"))
+    backends, dummy = _vllm_support.cpu_table_backends("0.32.0", "bfloat16", "mla")
+    assert [(b["name"], b["accepts"]) for b in backends] == [("CPU_MLA", False), ("AMX_MLA", False)]
+    assert backends[1]["reasons"] == ["the CPU platform may pick CPU_MLA instead, which refuses bfloat16 (it picks by "
+                                      "the CPU's AMX support, not by the KV-cache dtype)"]
+
+
+# Issue 27: FLASHINFER left Turing (7.5) in 0.24.0, and with it the only backend that took an FP8
+# KV cache there (FLASH_ATTN needs 8.0, Triton's FP8 8.9): from 0.24.0 the table strips it.
+@pytest.mark.parametrize("version, capability, expected, undetermined", [
+    ("0.14.0", (7, 5), ["FLASHINFER"], False),
+    ("0.23.0", (7, 5), ["FLASHINFER"], False),
+    ("0.23.0+cu129", (7, 5), ["FLASHINFER"], False),
+    ("0.22.1rc1.dev40+g0123456", (7, 5), ["FLASHINFER"], False),  # a line older than 0.23.0's
+    ("0.24.0", (7, 5), [], False),
+    ("0.33.0", (7, 5), [], False),
+    ("0.24.1rc1.dev3+g0123456", (7, 5), [], False),
+    ("0.23.1rc1.dev12+g0123456", (7, 5), [], True),  # between the releases: not proven either way
+    ("0.24.0rc1", (7, 5), [], True),
+    ("0.24.0", (8, 0), ["FLASHINFER"], False),
+    ("0.24.0", (12, 1), ["FLASHINFER", "TRITON_ATTN"], False),
+    ("0.23.1rc1.dev12+g0123456", (8, 9), ["FLASHINFER", "TRITON_ATTN"], False),
+])
+def test_flashinfer_on_turing_by_release(version, capability, expected, undetermined):
+    backends, evidence = table_backends(version, None, "fp8_e4m3", "standard", capability)
+    assert capable(backends) == expected
+    flashinfer = by_name(backends)["FLASHINFER"]
+    assert flashinfer["compute_capability_supported"] is ("FLASHINFER" in expected)
+    if undetermined:
+        assert flashinfer["reasons"][0].startswith(
+            "compute capability undetermined: FLASHINFER runs on 8.0 to 12.1 in vLLM %s for certain, this is 7.5" % version)
+        assert "counted as with it" in flashinfer["reasons"][0]
+    decided = [line for line in evidence if line.startswith("FLASHINFER's compute capability floor of 8.0")]
+    assert len(decided) == (1 if capability == (7, 5) else 0), evidence

@@ -162,7 +162,9 @@ def test_an_old_build_on_an_old_gpu_in_full():
                  "kv_cache_dtype not supported: FP8 KV in TRITON_ATTN needs compute capability 8.9 or later (Triton's "
                  "fp8e4nv), this is 7.5"]),
     ], ["vLLM 0.10.1 is older than 0.14.0, the oldest release the table was read from: its backends are taken as those of "
-        "0.14.0"])
+        "0.14.0",
+        "FLASHINFER's compute capability floor of 8.0 (SM 7.5 dropped, vLLM issue #47549): release 0.10.1 predates 0.24.0, "
+        "the first release with it"])
 
 
 @pytest.mark.parametrize("capability, accepts", [((8, 8), False), ((8, 9), True), ((9, 0), True)])

@@ -845,14 +845,15 @@ def test_cpu_platform_from_the_table_when_the_build_cannot_be_asked(run_module, 
     assert (result["vllm_version"], result["decided_by"], result["backend_available"]) == ("0.32.0", "table", False)
     assert result["kv_cache_dtype_resolved"] == "fp8_e4m3"
     assert by_name(run)["CPU_MLA"]["reasons"] == ["kv_cache_dtype not supported: CPU_MLA takes auto in vLLM 0.32.0"]
-    assert by_name(run)["AMX_MLA"]["kv_cache_dtypes"] == ["auto", "float16", "bfloat16"]
+    assert by_name(run)["AMX_MLA"]["kv_cache_dtypes"] == ["auto"]
     assert "no MLA backend accepts fp8_e4m3 on the CPU platform (this host) (table)" in result["msg"]
 
-    # an explicit bfloat16: AMX_MLA takes it, CPU_MLA not, and the table cannot know which the CPU gets
+    # an explicit bfloat16: AMX_MLA's class lists it, but its KV-cache write takes auto alone
     run = run_module("vllm_probe", dict(stub("0.32.0"), model_path=tiny["fp8kv"], platform="cpu",
                                         kv_cache_dtype="bfloat16"))
     assert not run.failed and run.result["backend_available"] is False, run
-    assert by_name(run)["AMX_MLA"]["reasons"][-1].startswith("the CPU platform may pick CPU_MLA instead, which refuses")
+    assert by_name(run)["AMX_MLA"]["reasons"][-1].startswith(
+        "kv_cache_dtype not supported: AMX_MLA takes auto in vLLM 0.32.0 (AMXMLABackend inherits float16 and bfloat16")
 
     run = run_module("vllm_probe", dict(stub("0.30.0"), model_path=tiny["fp8kv"], platform="cpu"))
     assert not run.failed and run.result["backend_available"] is False, run
