@@ -128,9 +128,14 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_text
 
-# srv_admin_state bits of "show servers state" (HAProxy's include/haproxy/server-t.h, SRV_ADMF_*).
-ADMF_MAINT = 0x01 | 0x02 | 0x04 | 0x20 | 0x40  # forced, inherited, config, resolution, hostname maintenance
-ADMF_DRAIN = 0x08 | 0x10  # forced, inherited drain
+# srv_admin_state bits of "show servers state" (HAProxy 2.6 include/haproxy/server-t.h, SRV_ADMF_*),
+# tested the way HAProxy tests them (src/stats.c prints MAINT for cur_admin & SRV_ADMF_MAINT).
+# SRV_ADMF_MAINT (0x23): forced (0x01), inherited (0x02), resolution-failure (0x20) maintenance.
+# Not in it: 0x04 SRV_ADMF_CMAINT ("disabled" in the configuration, set with 0x01; left alone
+# when "set server ... state ready" clears 0x01, and the server serves) and 0x40 SRV_ADMF_HMAINT
+# ("the server FQDN has been set from socket stats", SRV_ADMF_FQDN_CHANGED since HAProxy 3.1).
+SRV_ADMF_MAINT = 0x01 | 0x02 | 0x20
+SRV_ADMF_DRAIN = 0x08 | 0x10  # forced, inherited drain
 
 
 class RuntimeApiError(Exception):
@@ -185,9 +190,9 @@ def parse_stat(text, backend, server):
 def admin_name(bits):
     if bits is None:
         return None
-    if bits & ADMF_MAINT:
+    if bits & SRV_ADMF_MAINT:
         return "maint"
-    if bits & ADMF_DRAIN:
+    if bits & SRV_ADMF_DRAIN:
         return "drain"
     return "ready"
 

@@ -5,12 +5,18 @@ keeps the commands it got). The real HAProxy is driven by the Molecule scenario 
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
+import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
+
+from conftest import prerequisite
 
 ROOT = Path(__file__).resolve().parents[4]
 FIXTURES = ROOT / "tests" / "fixtures" / "haproxy"
@@ -34,9 +40,53 @@ def test_reads_the_admin_state_and_the_counters_of_a_real_haproxy():
 
 
 @pytest.mark.parametrize("bits, name", [(0, "ready"), (0x08, "drain"), (0x10, "drain"), (0x01, "maint"),
-                                        (0x09, "maint"), (0x20, "maint"), (None, None)])
+                                        (0x09, "maint"), (0x20, "maint"), (0x02, "maint"), (0x05, "maint"),
+                                        # CMAINT alone: configured "disabled", then set ready; an FQDN set
+                                        # from the runtime API (HMAINT): neither is maintenance
+                                        (0x04, "ready"), (0x40, "ready"), (0x44, "ready"), (0x48, "drain"),
+                                        (None, None)])
 def test_admin_state_bits(bits, name):
     assert hs.admin_name(bits) == name
+
+
+HAPROXY = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
+
+
+@prerequisite(HAPROXY, "haproxy is not installed (tools/bootstrap.sh installs it)")
+def test_admin_state_is_read_as_the_real_haproxy_reports_it(tmp_path):
+    """A real HAProxy (2.6 in Debian 12): a server configured "disabled" and then set ready keeps
+    SRV_ADMF_CMAINT (0x04), one whose FQDN was set from the runtime API gets SRV_ADMF_HMAINT (0x40);
+    "show stat" reports neither as MAINT, and admin_name agrees with it for every server."""
+    sock = str(tmp_path / "admin.sock")
+    config = tmp_path / "haproxy.cfg"
+    config.write_text(
+        "global\n    stats socket %s level admin\n"
+        "defaults\n    mode http\n    timeout connect 1s\n    timeout client 1s\n    timeout server 1s\n"
+        "resolvers r\n    nameserver ns 127.0.0.1:53\n"
+        "backend b\n    server configured-off 127.0.0.1:9 disabled\n    server fqdn-set 127.0.0.1:9 resolvers r\n"
+        "    server forced-off 127.0.0.1:9\n    server drained 127.0.0.1:9\n    server plain 127.0.0.1:9\n" % sock)
+    proc = subprocess.Popen([HAPROXY, "-db", "-f", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not os.path.exists(sock):
+            assert proc.poll() is None and time.monotonic() < deadline, "haproxy did not start"
+            time.sleep(0.05)
+        for command in ("set server b/configured-off state ready", "set server b/fqdn-set fqdn localhost",
+                        "set server b/fqdn-set state drain", "set server b/fqdn-set state ready",
+                        "set server b/forced-off state maint", "set server b/drained state drain"):
+            hs.ask(sock, command)
+        states = hs.ask(sock, "show servers state b")
+        stat = hs.ask(sock, "show stat")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    bits = {name: hs.parse_servers_state(states, "b", name)
+            for name in ("configured-off", "fqdn-set", "forced-off", "drained", "plain")}
+    assert bits == {"configured-off": 0x04, "fqdn-set": 0x40, "forced-off": 0x01, "drained": 0x08, "plain": 0}
+    for name, value in bits.items():
+        status = hs.parse_stat(stat, "b", name)["status"]
+        expected = "maint" if status.startswith("MAINT") else "drain" if status.startswith("DRAIN") else "ready"
+        assert (name, hs.admin_name(value)) == (name, expected), status
 
 
 class FakeRuntimeApi(threading.Thread):
