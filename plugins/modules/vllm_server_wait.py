@@ -24,6 +24,11 @@ description:
   - Then, with O(check_models), C(GET /v1/models) must list O(served_model_name); with
     O(check_completion), a two-token C(POST /v1/chat/completions) must return a choice
     (C(/health) can stay 200 while the engine hangs, vLLM issue 39863).
+  - The completion is the collection's one probe (also M(fleet.vllm.vllm_diagnose)'s and the
+    gateways' check): C(max_tokens) 2 with vLLM's C(min_tokens) 2 and C(ignore_eos), so that the
+    second token comes out of a decode step even when the model's first token is its
+    end-of-sequence token. An answer whose C(usage.completion_tokens) is below 2 fails: no decode
+    step ran.
   - Only reads; it changes nothing.
 author:
   - fleet.vllm developers (@fleet-vllm)
@@ -71,7 +76,7 @@ options:
     type: bool
     default: true
   check_completion:
-    description: Require a two-token chat completion.
+    description: Require a two-token chat completion (a prefill and a decode step).
     type: bool
     default: true
   journal_lines:
@@ -246,19 +251,25 @@ class Waiter(object):
                                                          self.params["served_model_name"]))
 
     def check_completion(self):
-        payload = {"model": self.params["served_model_name"], "max_tokens": _failures.PROBE_MAX_TOKENS,
-                   "messages": [{"role": "user", "content": "Say OK."}]}
+        try:
+            payload = _failures.probe_request(self.params["served_model_name"])
+        except ValueError as exc:
+            self.fail("served_model_name: %s" % to_native(exc))
         status, body = self.request("/v1/chat/completions", data=json.dumps(payload))
         if status != 200:
             # /health said 200: the engine behind it may be dead or hung; its journal says why.
             self.died("a two-token chat completion answers %s although /health answers 200: %s" % (
                 status if status else "nothing", to_text(body)[:500]))
         try:
-            choice = json.loads(body)["choices"][0]
+            answer = json.loads(body)
+            choice = answer["choices"][0]
             message = choice.get("message") or {}
             self.result["completion"] = to_text(message.get("content") or message.get("reasoning_content") or "")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             self.fail("a two-token chat completion returned no choice (%s): %s" % (to_native(exc), to_text(body)[:500]))
+        shortfall = _failures.probe_shortfall(answer)
+        if shortfall:
+            self.fail("%s/v1/chat/completions answered, but %s: %s" % (self.base, shortfall, to_text(body)[:500]))
 
     def run(self):
         self.wait_health()

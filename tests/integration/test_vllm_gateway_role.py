@@ -5,9 +5,16 @@ nothing is installed or written here."""
 
 from __future__ import annotations
 
+import json
+import re
+import shutil
+import subprocess
+
 import pytest
 
 from conftest import ROOT, run_playbook
+
+from ansible_collections.fleet.vllm.plugins.module_utils._failures import PROBE_MAX_TOKENS, probe_request
 
 pytestmark = [pytest.mark.integration]
 
@@ -40,3 +47,41 @@ def test_a_key_a_bearer_token_cannot_carry_is_refused_and_not_shown(key):
 def test_the_front_door_on_vllms_own_port_is_refused():
     msg, dummy = refused(vllm_server_api_key="k1", vllm_server_port=8080)
     assert "vllm_gateway_frontdoor_port and vllm_gateway_engine_port" in msg
+
+
+# ---- the gateways' completion check: the collection's one readiness probe --------------------
+
+RENDER = ROOT / "tests" / "integration" / "playbooks" / "vllm_gateway_render.yml"
+
+
+def test_the_gateways_check_body_is_the_readiness_probe(tmp_path):
+    """Issue 27, point 1: the body HAProxy sends is probe_request()'s JSON (max_tokens, and vLLM's
+    min_tokens and ignore_eos, which force the decode step when the model's first token is EOS),
+    rendered from the role's own template and variables, and a configuration HAProxy accepts."""
+    config = tmp_path / "haproxy.cfg"
+    run = run_playbook(RENDER, extra_vars={
+        "dest": str(config), "__vllm_gateway_mode": "gateway", "vllm_gateway_api_key": "k1",
+        "vllm_gateway_check_model": "kimi-k2.5", "vllm_gateway_backend_hosts": [],
+        "_vllm_gateway_socket": str(tmp_path / "admin.sock")}, timeout=300)
+    assert run.rc == 0, run.stdout[-3000:]
+    sends = [line.strip() for line in config.read_text().splitlines()
+             if line.strip().startswith("http-check send meth POST uri /v1/chat/completions")]
+    assert len(sends) == 1, sends
+    match = re.search(r" body '([^']*)'$", sends[0])
+    assert match, sends[0]
+    body = json.loads(match.group(1))
+    assert body == probe_request("kimi-k2.5")
+    assert body["min_tokens"] == body["max_tokens"] == PROBE_MAX_TOKENS and body["ignore_eos"] is True
+    haproxy = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
+    if haproxy:
+        checked = subprocess.run([haproxy, "-c", "-q", "-f", str(config)], capture_output=True, text=True, check=False)
+        assert checked.returncode == 0, checked.stderr
+
+
+def test_a_check_model_that_is_not_a_name_is_refused_naming_the_filter(tmp_path):
+    run = run_playbook(RENDER, extra_vars={
+        "dest": str(tmp_path / "haproxy.cfg"), "__vllm_gateway_mode": "gateway", "vllm_gateway_api_key": "k1",
+        "vllm_gateway_check_model": "", "vllm_gateway_backend_hosts": []}, timeout=300)
+    assert run.rc != 0
+    assert "fleet.vllm.probe_body: the probe's model (the served model name) must be a non-empty string" in run.stdout
+    assert not (tmp_path / "haproxy.cfg").exists()

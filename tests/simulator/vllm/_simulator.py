@@ -31,6 +31,12 @@ vllm.entrypoints.openai.api_server`` and ``vllm serve``:
 
 Where it differs from vLLM: no model is loaded and nothing is computed. Completions are a
 fixed sentence cut to ``max_tokens`` words (a word counts as a token); usage counts words.
+With FLEET_VLLM_SIM_FIRST_TOKEN=eos the model's first token is its end-of-sequence token: a
+completion is that one token (no text, ``finish_reason`` "stop", usage 1) unless the request
+keeps EOS out as vLLM does: ``min_tokens`` N masks EOS for the first N tokens (vLLM's
+MinTokensLogitsProcessor; then EOS ends it, one token more, unless ``max_tokens`` came first)
+and ``ignore_eos`` generates on to ``max_tokens``; ``min_tokens`` is checked as vLLM checks it
+(0 or more, not above ``max_tokens``: 400).
 Only the flags are checked, not their values beyond argparse's type/choices (values of vLLM's
 own type functions other than int/float are kept as strings); of vLLM's post-parse checks only
 ``--enable-auto-tool-choice requires --tool-call-parser`` is imitated. A model that is not a
@@ -69,9 +75,19 @@ LOAD_SECONDS_ENV = "FLEET_VLLM_SIM_LOAD_SECONDS"
 #         model: the first completion kills the engine, /health stays 200; docs/evidence.md);
 #   hung: /health 200, completions never answer (vLLM issue #39863: a hung engine behind a
 #         healthy /health);
-#   exit: the engine dies while loading the weights (exit 1), as on a CUDA out-of-memory error.
+#   exit: the engine dies while loading the weights (exit 1), as on a CUDA out-of-memory error;
+#   decode-dead: a completion whose one token comes out of the prefill answers, the first decode
+#         step (a second token) kills the engine: that completion and every one after it answer 500,
+#         /health stays 200 (the real CPU engine with an FP8 KV cache its decode kernel cannot read:
+#         max_tokens 1 -> 200, max_tokens 2 -> 500; docs/evidence.md section 5).
 FAULT_ENV = "FLEET_VLLM_SIM_FAULT"
-FAULTS = ("", "dead", "hung", "exit")
+FAULTS = ("", "dead", "hung", "exit", "decode-dead")
+# The model's first token (a property of the model, not a fault): "eos" makes its end-of-sequence
+# token the likeliest at every step, so a completion ends after the prefill with one token (the EOS:
+# no text, usage counts it, finish_reason "stop") unless the request keeps EOS out as vLLM does:
+# min_tokens N masks EOS for the first N tokens (then EOS ends it, unless max_tokens did),
+# ignore_eos generates on to max_tokens. Unset: the fixed sentence below.
+FIRST_TOKEN_ENV = "FLEET_VLLM_SIM_FIRST_TOKEN"
 # A test control, not something vLLM has: a running simulator reads this file on every request
 # (its content: dead, hung, or nothing), so that a test can break the engine of a serving host
 # without a restart, as an engine dies or hangs under a running API server. It wins over
@@ -322,16 +338,37 @@ class State(object):
         self.finished = {"stop": 0, "length": 0}
         self.fault = os.environ.get(FAULT_ENV, "")
         self.fault_file = os.environ.get(FAULT_FILE_ENV) or FAULT_FILE_DEFAULT
+        self.eos_first = os.environ.get(FIRST_TOKEN_ENV, "") == "eos"
+        self.decode_died = False  # fault decode-dead: the first decode step killed the engine
         self.active = 0
 
     def current_fault(self):
-        """The fault file's word while it exists (a test switched the engine), else the unit's."""
+        """The fault file's word while it exists (a test switched the engine), else the unit's; an
+        engine that died at a decode step (fault decode-dead) stays dead."""
+        with self.lock:
+            if self.decode_died:
+                return "dead"
         try:
             with open(self.fault_file, encoding="utf-8") as handle:
                 word = handle.read().strip()
         except OSError:
             return self.fault
         return word if word in ("dead", "hung") else ""
+
+
+def generate(limit, minimum, ignore_eos, eos_first):
+    """(words, finish_reason, 1 when an EOS token ended it else 0) of a completion: the fixed
+    sentence cut to max_tokens (``limit``) words; with the model's EOS first, what vLLM's
+    min_tokens (EOS masked for the first ``minimum`` tokens) and ignore_eos leave of it."""
+    words = REPLY.split()
+    room = limit if isinstance(limit, int) else len(words)
+    if eos_first and not ignore_eos:
+        if minimum >= room:
+            return words[:room], "length", 0
+        return words[:minimum], "stop", 1
+    if room < len(words):
+        return words[:room], "length", 0
+    return words, "stop", 0
 
 
 def _words(value):
@@ -493,15 +530,28 @@ class Handler(BaseHTTPRequestHandler):
         if model not in self.state.served_names:
             return self._error(404, "NotFoundError", "The model `%s` does not exist." % model, "model")
         limit = request.get("max_completion_tokens") or request.get("max_tokens")
-        words = REPLY.split()
-        finish = "stop"
-        if isinstance(limit, int) and limit < len(words):
-            if limit < 1:
-                return self._error(400, "BadRequestError", "max_tokens must be at least 1, got %d." % limit, "max_tokens")
-            words, finish = words[:limit], "length"
+        if isinstance(limit, int) and limit < 1:
+            return self._error(400, "BadRequestError", "max_tokens must be at least 1, got %d." % limit, "max_tokens")
+        minimum = request.get("min_tokens", 0)
+        # vLLM's SamplingParams._verify_args texts (vllm/sampling_params.py, 0.33.0).
+        if not isinstance(minimum, int) or isinstance(minimum, bool) or minimum < 0:
+            return self._error(400, "BadRequestError", "min_tokens must be greater than or equal to 0, got %s." % minimum,
+                               "min_tokens")
+        if isinstance(limit, int) and minimum > limit:
+            return self._error(400, "BadRequestError", "min_tokens must be less than or equal to max_tokens=%d, got %d."
+                               % (limit, minimum), "min_tokens")
+        words, finish, eos = generate(limit, minimum, bool(request.get("ignore_eos")), self.state.eos_first)
+        completion_tokens = len(words) + eos
+        if fault == "decode-dead" and completion_tokens > 1:
+            # The second token is the first decode step's: it kills the engine core.
+            with self.state.lock:
+                self.state.decode_died = True
+            log("ERROR", "core.py:907", "EngineCore encountered a fatal error at the first decode step. (fault %s=decode-dead "
+                "of the test simulator)" % FAULT_ENV, proc="EngineCore_DP0", pid=PID + 1)
+            return self._error(500, "InternalServerError",
+                               "EngineCore encountered an issue. See stack trace (above) for the root cause.")
         content = " ".join(words)
         prompt_tokens = sum(_words(m.get("content")) + 4 for m in request["messages"] if isinstance(m, dict)) + 2
-        completion_tokens = len(words)
         with self.state.lock:
             self.state.prompt_tokens += prompt_tokens
             self.state.generation_tokens += completion_tokens

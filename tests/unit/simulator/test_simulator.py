@@ -445,6 +445,70 @@ def test_fault_file_switches_a_running_engine_to_dead_and_hung_and_back(new_venv
         server.proc.communicate(timeout=60)
 
 
+def chat(server, **fields):
+    """(status, parsed body) of a chat completion with these request fields."""
+    status, dummy, body = server.request("POST", "/v1/chat/completions", dict(CHAT, **fields))
+    return status, json.loads(body)
+
+
+def test_a_model_whose_first_token_is_eos_honours_min_tokens_and_ignore_eos_as_vllm_does(new_venv):
+    """FLEET_VLLM_SIM_FIRST_TOKEN=eos: one EOS token (no text, usage 1) unless min_tokens masks EOS for
+    that many tokens or ignore_eos generates on; min_tokens checked as vLLM's SamplingParams checks it."""
+    server = Server(new_venv, FIXTURES / "models" / "bf16-kv", FLEET_VLLM_SIM_LOAD_SECONDS="0",
+                    FLEET_VLLM_SIM_FIRST_TOKEN="eos")
+    try:
+        server.wait_ready()
+        answers = {}
+        for name, fields in (("plain", dict(max_tokens=2)), ("min2", dict(max_tokens=2, min_tokens=2)),
+                             ("min1", dict(max_tokens=3, min_tokens=1)), ("ignore", dict(max_tokens=3, ignore_eos=True))):
+            status, body = chat(server, **fields)
+            assert status == 200, body
+            choice = body["choices"][0]
+            answers[name] = (choice["message"]["content"], choice["finish_reason"], body["usage"]["completion_tokens"])
+        assert answers == {"plain": ("", "stop", 1), "min2": ("This is", "length", 2), "min1": ("This", "stop", 2),
+                           "ignore": ("This is a", "length", 3)}
+        status, body = chat(server, max_tokens=2, min_tokens=3)
+        assert status == 400 and body["error"]["message"] == "min_tokens must be less than or equal to max_tokens=2, got 3."
+        status, body = chat(server, max_tokens=2, min_tokens=-1)
+        assert status == 400 and body["error"]["message"] == "min_tokens must be greater than or equal to 0, got -1."
+    finally:
+        server.proc.kill()
+        server.proc.communicate(timeout=60)
+    # Without it the sentence is cut to max_tokens, whatever min_tokens and ignore_eos say.
+    server = Server(new_venv, FIXTURES / "models" / "bf16-kv", FLEET_VLLM_SIM_LOAD_SECONDS="0")
+    try:
+        server.wait_ready()
+        status, body = chat(server, max_tokens=2, min_tokens=2, ignore_eos=True)
+        assert (status, body["choices"][0]["message"]["content"], body["usage"]["completion_tokens"]) == (200, "This is", 2)
+    finally:
+        server.proc.kill()
+        server.proc.communicate(timeout=60)
+
+
+@pytest.mark.parametrize("eos_first", [False, True], ids=["words", "eos-first"])
+def test_decode_dead_answers_the_prefills_token_and_dies_at_the_first_decode_step(new_venv, eos_first):
+    """FLEET_VLLM_SIM_FAULT=decode-dead, the real CPU engine with an FP8 KV cache: max_tokens 1 -> 200, a second
+    token -> 500 and dead from then on, /health 200. A model whose first token is EOS passes two tokens without
+    min_tokens (only the prefill ran) and dies with it."""
+    env = dict(FLEET_VLLM_SIM_LOAD_SECONDS="0", FLEET_VLLM_SIM_FAULT="decode-dead")
+    if eos_first:
+        env["FLEET_VLLM_SIM_FIRST_TOKEN"] = "eos"
+    server = Server(new_venv, FIXTURES / "models" / "bf16-kv", **env)
+    try:
+        server.wait_ready()
+        assert chat(server, max_tokens=1)[0] == 200
+        if eos_first:
+            assert chat(server, max_tokens=2)[0] == 200
+        status, body = chat(server, max_tokens=2, min_tokens=2)
+        assert status == 500 and "EngineCore encountered an issue" in body["error"]["message"]
+        assert chat(server, max_tokens=1)[0] == 500
+        assert server.request("GET", "/health")[0] == 200
+    finally:
+        server.proc.kill()
+        out, dummy = server.proc.communicate(timeout=60)
+    assert "EngineCore encountered a fatal error at the first decode step" in out
+
+
 @pytest.mark.parametrize("timeout, finishes", [("5", True), ("0", False)])
 def test_shutdown_timeout_lets_requests_in_flight_finish(new_venv, tmp_path, timeout, finishes):
     """A request in flight when SIGTERM arrives: with --shutdown-timeout 5 the server stops

@@ -63,10 +63,15 @@ CASES = [
     pytest.param("shm-file-exists.txt", "shm_leftovers", "FileExistsError: [Errno 17] File exists: '/psm_3f9a1c2e'",
                  ["ansible-playbook deploy.yml --tags server", "owned by `vllm`"],
                  id="shm-file-exists"),
-    pytest.param("shm-insufficient-space.txt", "shm_leftovers",
+    pytest.param("shm-insufficient-space.txt", "shm_too_small",
                  "RuntimeError: Insufficient space in /dev/shm for shared-memory allocation: 240 MiB required, 37 MiB free",
-                 ["ansible-playbook deploy.yml --tags server", "owned by `vllm`"],
+                 ["larger than the 240 MiB", "`--shm-size`", "ansible-playbook deploy.yml --tags server",
+                  "`vllm_preflight_shm_min_bytes`"],
                  id="shm-full"),
+    pytest.param("shm-too-small-cpu.txt", "shm_too_small",
+                 "RuntimeError: Insufficient space in /dev/shm for shared-memory allocation: 160 MiB required, 62 MiB free",
+                 ["larger than the 160 MiB", "`--shm-size`", "`--ipc=host`", "ansible-playbook deploy.yml --tags server"],
+                 id="shm-too-small-cpu"),
     pytest.param("model-truncated-shard.txt", "model_files",
                  "safetensors_rust.SafetensorError: Error while deserializing header: incomplete metadata, file not fully covered",
                  ["ansible-playbook deploy.yml --tags weights", "vllm_weights"],
@@ -213,7 +218,7 @@ def test_fp8_kv_cache_at_runtime_is_not_found_elsewhere(name):
 
 def test_engine_core_death_is_not_reported_when_its_cause_is_known():
     for name in ("attention-backend-fp8-sm120.txt", "nccl-unhandled-cuda-error.txt", "model-truncated-shard.txt",
-                 "shm-insufficient-space.txt"):
+                 "shm-insufficient-space.txt", "shm-too-small-cpu.txt"):
         assert "EngineCore failed to start" in journal(name) or "Engine core initialization failed" in journal(name)
         assert "engine_core_died" not in [finding["id"] for finding in diagnose(journal(name))["findings"]], name
 
@@ -407,6 +412,120 @@ def test_leftover_files_are_a_failure_only_while_the_service_is_stopped():
         "rejected_flag", "shm_leftovers"]
 
 
+# ---- /dev/shm too small (issue 27, point 2) ------------------------------------------------------
+
+MIB = 1 << 20
+
+
+def test_shm_too_small_names_the_sizes_and_the_fix_not_leftovers():
+    """The real CPU engine on a container's 64 MB /dev/shm (the measured line): the readiness failure led with
+    shm_leftovers "(none found now)", which /dev/shm, unread, could not say."""
+    result = diagnose(journal("shm-too-small-cpu.txt"))
+    assert [finding["id"] for finding in result["findings"]] == ["shm_too_small"]
+    finding = result["findings"][0]
+    assert finding["title"] == "/dev/shm is too small for the engine"
+    assert finding["details"] == dict(path="/dev/shm", allocation="shared-memory allocation", required_bytes=160 * MIB,
+                                      free_bytes_then=62 * MIB, total_bytes_now=None, free_bytes_now=None, leftover_bytes=0,
+                                      in_journal=True)
+    assert finding["cause"] == ("vLLM asked /dev/shm for a shared-memory allocation of 160 MiB (a queue between its processes) "
+                                "and found 62 MiB free, so the engine stopped at start: /dev/shm is too small for this engine.")
+    assert "none found now" not in finding["remedy"] and "leftover" not in finding["remedy"].lower()
+
+
+def test_shm_too_small_comes_ahead_of_leftovers_and_says_what_they_hold():
+    """Leftover files found (service stopped) with the journal's insufficient space: both, the size first; when
+    the leftovers hold what was missing, removing them is the first fix."""
+    big = [dict(path="/dev/shm/psm_3f9a1c2e", owner="vllm", uid=998, size=200 * MIB)]
+    space = dict(total_bytes=64 * MIB, free_bytes=62 * MIB)
+    found = diagnose(journal("shm-too-small-cpu.txt"), shm_files=big, shm_space=space)["findings"]
+    assert [finding["id"] for finding in found] == ["shm_too_small", "shm_leftovers"]
+    small = found[0]
+    assert small["evidence"][-1] == "/dev/shm now: 64 MiB, 62 MiB free"
+    assert "It is 64 MiB now, 62 MiB free. Leftover vLLM files of vllm hold 200 MiB of it (shm_leftovers)" in small["cause"]
+    assert small["remedy"].startswith("Or remove the leftover files first (shm_leftovers). ")
+    tiny = [dict(big[0], size=4096)]
+    found = diagnose(journal("shm-too-small-cpu.txt"), shm_files=tiny, shm_space=space)["findings"]
+    assert [finding["id"] for finding in found] == ["shm_too_small", "shm_leftovers"]
+    assert "Leftover" not in found[0]["cause"] and found[0]["remedy"].startswith("Make /dev/shm larger than the 160 MiB")
+
+
+def test_the_leftovers_remedy_claims_nothing_of_a_dev_shm_not_read():
+    finding = only(diagnose(journal("shm-file-exists.txt"))["findings"], "shm_leftovers")
+    assert "none found now" not in finding["remedy"] and "`ls -l /dev/shm` shows their owners" in finding["remedy"]
+
+
+# ---- a finding against what the host shows (issue 27, point 3) ------------------------------------
+
+SERVING = dict(checked=True, base_url="http://127.0.0.1:8000", health_status=200, model="kimi-k2.5", timeout=5, hang=False,
+               completion_status=200, completion_error=None, ok=True)
+STALLED = ("(APIServer pid=7) INFO 11-29 10:00:00 [loggers.py:127] Engine 000: Running: 0 reqs, Waiting: 3 reqs\n"
+           "(EngineCore_DP0 pid=8) ERROR 11-29 10:00:01 [core.py:907] EngineCore encountered a fatal error.")
+# each catalogue entry: a journal with its words, a state that says otherwise, what the finding must say of it
+CONTRADICTED = {
+    "attention_backend": ("attention-backend-fp8-sm120.txt", dict(endpoint=SERVING), "an engine serves there now"),
+    "fp8_kv_cache_at_runtime": ("fp8-kv-cache-cpu-first-request.txt", dict(endpoint=SERVING), "an engine serves there now"),
+    "rejected_flag": ("rejected-flag.txt", dict(endpoint=SERVING), "an engine serves there now"),
+    "gpu_out_of_memory": ("oom-max-model-len.txt", dict(endpoint=SERVING), "an engine serves there now"),
+    "nccl": ("nccl-unhandled-cuda-error.txt", dict(endpoint=SERVING), "an engine serves there now"),
+    "port_in_use": ("port-in-use.txt", dict(endpoint=SERVING, stopped=False), "an engine serves there now"),
+    "shm_too_small": ("shm-too-small-cpu.txt", dict(shm_files=[], shm_space=dict(total_bytes=1024 * MIB, free_bytes=1000 * MIB)),
+                      "/dev/shm has 1000 MiB free now, enough for the 160 MiB vLLM asked for"),
+    "shm_leftovers": ("shm-file-exists.txt", dict(shm_files=[]),
+                      "no leftover vLLM file (psm_*, sem.mp-*, vllm_offload_*) is in /dev/shm now"),
+    "model_files": ("model-truncated-shard.txt", dict(model_check=dict(checked=True, path="/srv/models/m", problems=[])),
+                    "the check of /srv/models/m found every shard complete now"),
+    "engine_unhealthy": (STALLED, dict(endpoint=SERVING), None),
+    "engine_core_died": ("engine-core-died.txt", dict(endpoint=SERVING), "an engine serves there now"),
+}
+
+
+def test_every_catalogue_entry_has_a_contradiction_case():
+    assert sorted(CONTRADICTED) == sorted(fid for fid, dummy in CATALOGUE)
+
+
+@pytest.mark.parametrize("fid", sorted(CONTRADICTED))
+def test_a_finding_does_not_contradict_what_the_host_shows(fid):
+    """The journal has the entry's words and the measured state says otherwise: the finding says what the journal
+    said and what the host shows, and claims neither the cause nor the title as so."""
+    name, state, shows = CONTRADICTED[fid]
+    text = journal(name) if name.endswith(".txt") else name
+    plain = diagnose(text)["findings"]
+    if shows is None:
+        # engine_unhealthy is the probe's own answer: an endpoint that serves gives no such finding at all.
+        failing = dict(SERVING, completion_status=500, completion_error="HTTP 500", ok=False)
+        assert fid in [finding["id"] for finding in diagnose(text, endpoint=failing)["findings"]]
+        assert fid not in [finding["id"] for finding in diagnose(text, **state)["findings"]]
+        return
+    assert fid in [finding["id"] for finding in plain], plain
+    before = only(plain, fid)
+    finding = only(diagnose(text, **state)["findings"], fid)
+    assert finding["details"]["contradicted_by"].endswith(shows), finding["details"]
+    assert finding["title"] == dict(CATALOGUE)[fid] + ": in the journal, not on the host now"
+    said = finding["details"]["journal_says"]
+    assert said and all(part in text for part in said.split(" | ")), said
+    assert finding["cause"].startswith('The journal says "%s"; but ' % said) and shows in finding["cause"], finding["cause"]
+    claim = finding["details"]["cause_if_it_were_so"]
+    assert claim and claim not in finding["cause"] and claim[:40] == before["cause"][:40]
+    assert finding["remedy"].startswith("Nothing on the host needs this fix now (run `ansible-playbook deploy.yml --tags "
+                                        "server` if the service is stopped). If the failure comes back: ")
+
+
+def test_what_the_host_shows_in_favour_keeps_the_finding():
+    """A state that agrees (files found, a truncated shard, no room now, a port an orphan serves on) is no contradiction."""
+    files = [dict(path="/dev/shm/psm_3f9a1c2e", owner="vllm", uid=998, size=4096)]
+    found = diagnose(journal("shm-file-exists.txt"), shm_files=files, endpoint=SERVING)["findings"]
+    assert not only(found, "shm_leftovers")["details"].get("contradicted_by")
+    check = dict(checked=True, path="/srv/models/m", problems=["model-00002-of-00003.safetensors is truncated: 10 bytes, its header says 99"])
+    assert not only(diagnose(journal("model-truncated-shard.txt"), model_check=check)["findings"], "model_files")["details"].get("contradicted_by")
+    full = dict(total_bytes=64 * MIB, free_bytes=62 * MIB)
+    assert not only(diagnose(journal("shm-too-small-cpu.txt"), shm_space=full)["findings"], "shm_too_small")["details"].get("contradicted_by")
+    orphan = only(diagnose(journal("port-in-use.txt"), endpoint=SERVING, stopped=True)["findings"], "port_in_use")
+    assert not orphan["details"].get("contradicted_by") and orphan["title"] == dict(CATALOGUE)["port_in_use"]
+    # An endpoint that does not serve contradicts nothing.
+    failing = dict(SERVING, completion_status=500, completion_error="HTTP 500", ok=False)
+    assert not only(diagnose(journal("rejected-flag.txt"), endpoint=failing)["findings"], "rejected_flag")["details"].get("contradicted_by")
+
+
 def test_model_check_problems_make_a_finding():
     check = dict(checked=True, path="/srv/models/m", problems=["model-00002-of-00003.safetensors is truncated: 10 bytes, its header says 99"])
     finding = only(diagnose(journal("healthy.txt"), model_check=check)["findings"], "model_files")
@@ -456,7 +575,7 @@ def test_dead_engine_behind_a_healthy_health_names_the_endpoint_and_the_journal(
 def test_catalogue_is_complete_and_ordered():
     ids = [fid for fid, dummy in CATALOGUE]
     assert ids == ["attention_backend", "fp8_kv_cache_at_runtime", "rejected_flag", "gpu_out_of_memory", "nccl", "port_in_use",
-                   "shm_leftovers", "model_files", "engine_unhealthy", "engine_core_died"]
+                   "shm_too_small", "shm_leftovers", "model_files", "engine_unhealthy", "engine_core_died"]
     assert all(title for dummy, title in CATALOGUE)
     every = set()
     for name in sorted(p.name for p in JOURNAL.glob("*.txt")):

@@ -47,6 +47,12 @@ SHM_CAUSE = (
 SHM_REMEDY = (
     "Run `ansible-playbook deploy.yml --tags server`: the vllm_server role removes them before it starts the service. By "
     "hand: stop the service, then remove only the files owned by `%s` (%s); files of other users belong to other programs.")
+SHM_SMALL_REMEDY = (
+    "Make /dev/shm larger than the %s vLLM asked for, with room for its other segments (the real CPU engine holds 400 MiB "
+    "while it serves, a GPU host's engine several GB): on a host `mount -o remount,size=16G %s` and the same size in "
+    "/etc/fstab; in a container `--shm-size` (the demo's real-engine hosts: --shm-size=1g) or `--ipc=host`. Then run "
+    "`ansible-playbook deploy.yml --tags server`. Preflight measures /dev/shm before a deploy: keep "
+    "`vllm_preflight_shm_min_bytes` at 0 (what the platform's engine needs) or above what the engine asks for.")
 REMEDY_ENGINE = (
     "Fix the first error (its traceback is in journal_tail), then run `ansible-playbook deploy.yml --tags server`. If it is "
     "not a known failure, report it upstream with journal_tail and the vLLM version (`vllm_runtime_commit`).")
@@ -153,15 +159,18 @@ def test_seed_failure_in_full():
         id="port-in-use"),
     pytest.param("shm-file-exists.txt", finding(
         "shm_leftovers", ["(EngineCore_DP0 pid=18191) FileExistsError: [Errno 17] File exists: '/psm_3f9a1c2e'"],
-        SHM_CAUSE + " The journal names /psm_3f9a1c2e.", SHM_REMEDY % ("vllm", "none found now"),
+        SHM_CAUSE + " The journal names /psm_3f9a1c2e.", SHM_REMEDY % ("vllm", "`ls -l /dev/shm` shows their owners"),
         dict(files=[], owned_by_service_user=[], journal_names=["/psm_3f9a1c2e"], in_journal=True)),
         id="shm-file-exists"),
     pytest.param("shm-insufficient-space.txt", finding(
-        "shm_leftovers",
+        "shm_too_small",
         ["(EngineCore pid=23004) ERROR 11-29 16:10:22 [core.py:1584] RuntimeError: Insufficient space in /dev/shm for "
          "shared-memory allocation: 240 MiB required, 37 MiB free. Increase /dev/shm (e.g. --shm-size or --ipc=host)."],
-        SHM_CAUSE, SHM_REMEDY % ("vllm", "none found now"),
-        dict(files=[], owned_by_service_user=[], journal_names=[], in_journal=True)),
+        "vLLM asked /dev/shm for a shared-memory allocation of 240 MiB (a queue between its processes) and found 37 MiB "
+        "free, so the engine stopped at start: /dev/shm is too small for this engine.",
+        SHM_SMALL_REMEDY % ("240 MiB", "/dev/shm"),
+        dict(path="/dev/shm", allocation="shared-memory allocation", required_bytes=240 << 20, free_bytes_then=37 << 20,
+             total_bytes_now=None, free_bytes_now=None, leftover_bytes=0, in_journal=True)),
         id="shm-full"),
     pytest.param("model-truncated-shard.txt", finding(
         "model_files",
@@ -439,9 +448,19 @@ def test_leftovers_named_in_the_journal_while_the_service_runs():
 
 def test_leftovers_named_in_the_journal_with_the_state_unknown():
     hit = "(EngineCore_DP0 pid=1) FileExistsError: [Errno 17] File exists: '/psm_1'"
+    unread = findings(text(hit))
+    assert unread[0]["cause"] == SHM_CAUSE + " The journal names /psm_1."
+    assert unread[0]["remedy"] == SHM_REMEDY % ("vllm", "`ls -l /dev/shm` shows their owners")
+    # /dev/shm read and nothing there: the journal's words, not a claim of leftovers (issue 27, point 3).
     got = findings(text(hit), shm_files=[])
-    assert got[0]["cause"] == SHM_CAUSE + " Found 0 such file(s), 0 owned by vllm; the service state is unknown. The journal names /psm_1."
-    assert got[0]["remedy"] == SHM_REMEDY % ("vllm", "none found now")
+    assert got[0]["details"]["cause_if_it_were_so"] == (
+        SHM_CAUSE + " Found 0 such file(s), 0 owned by vllm; the service state is unknown. The journal names /psm_1.")
+    assert got[0]["cause"] == (
+        "The journal says \"FileExistsError: [Errno 17] File exists: '/psm_1'\"; but no leftover vLLM file (psm_*, sem.mp-*, "
+        "vllm_offload_*) is in /dev/shm now: the journal's lines are not the state now (they are from an earlier start, or "
+        "from elsewhere).")
+    assert got[0]["remedy"] == ("Nothing on the host needs this fix now (run `ansible-playbook deploy.yml --tags server` if "
+                                "the service is stopped). If the failure comes back: " + SHM_REMEDY % ("vllm", "none found now"))
 
 
 # ---- 7. model files --------------------------------------------------------------------------
@@ -468,8 +487,20 @@ def test_model_file_evidence_is_the_last_three_journal_lines_then_the_check():
 def test_missing_weights_without_a_file_name(check, cause):
     line = vllm("Worker_TP0 pid=1", "RuntimeError: Cannot find any model weights with `/srv/m`")
     got = findings(text(STARTED, line, EXITED), model_check=check)
-    assert got == [finding("model_files", [line], MODEL_CAUSE % cause, REMEDY_MODEL,
-                           dict(journal_files=[], safetensors_errors=[], check_problems=[], in_journal=True))]
+    details = dict(journal_files=[], safetensors_errors=[], check_problems=[], in_journal=True)
+    if check is None:
+        assert got == [finding("model_files", [line], MODEL_CAUSE % cause, REMEDY_MODEL, details)]
+        return
+    # The check found every shard whole: what the journal said, not a claim (issue 27, point 3).
+    state = "the check of /srv/m found every shard complete now"
+    said = "RuntimeError: Cannot find any model weights with `/srv/m`"
+    assert got == [dict(
+        id="model_files", title="Model files missing or truncated: in the journal, not on the host now", evidence=[line],
+        cause="The journal says \"%s\"; but %s: the journal's lines are not the state now (they are from an earlier start, "
+              "or from elsewhere)." % (said, state),
+        remedy="Nothing on the host needs this fix now (run `ansible-playbook deploy.yml --tags server` if the service is "
+               "stopped). If the failure comes back: " + REMEDY_MODEL,
+        details=dict(details, contradicted_by=state, journal_says=said, cause_if_it_were_so=MODEL_CAUSE % cause))]
 
 
 def test_a_problem_found_only_by_the_check():

@@ -18,6 +18,8 @@ import pytest
 
 from conftest import FIXTURES, ROOT, snapshot
 
+from ansible_collections.fleet.vllm.plugins.module_utils._failures import probe_request
+
 JOURNAL = FIXTURES / "journal"
 ME = pwd.getpwuid(os.geteuid()).pw_name
 KEYS = {"changed", "service", "findings", "shm_leftovers", "model_check", "endpoint", "journal_tail", "healthy", "msg"}
@@ -201,10 +203,12 @@ def vllm_http():
                 if mode == "hang":
                     release.wait(60)
                     return
+                # "one-token": an engine that stopped after the prefill (ignoring min_tokens); else what max_tokens asks.
+                tokens = 1 if mode == "one-token" else body["max_tokens"]
                 self.answer(200, {"id": "chatcmpl-1", "object": "chat.completion", "model": body["model"],
                                   "choices": [{"index": 0, "message": {"role": "assistant", "content": "OK"},
                                                "finish_reason": "length"}],
-                                  "usage": {"prompt_tokens": 12, "completion_tokens": 1, "total_tokens": 13}})
+                                  "usage": {"prompt_tokens": 12, "completion_tokens": tokens, "total_tokens": 12 + tokens}})
 
         server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         server.daemon_threads = True
@@ -423,6 +427,60 @@ def test_answering_endpoint_is_healthy(run_module, tmp_path, vllm_http):
     assert run.result["msg"].startswith("vllm.service (from journal_text: started): healthy, a two-token completion took ")
     # With the model name given, /v1/models is not asked; without an api_key no header is sent.
     assert [(r["method"], r["path"], r["auth"]) for r in seen] == [("GET", "/health", None), ("POST", "/v1/chat/completions", None)]
+    # The collection's one probe, the body vllm_server_wait and the gateways send (issue 27, point 1).
+    assert seen[-1]["body"] == probe_request("kimi-k2.5")
+    assert seen[-1]["body"]["min_tokens"] == 2 and seen[-1]["body"]["ignore_eos"] is True
+
+
+def test_a_completion_without_its_decode_token_is_not_healthy(run_module, tmp_path, vllm_http):
+    """An engine that stopped after the prefill's token (one that ignores min_tokens): no decode step proved."""
+    base_url, dummy = vllm_http("one-token")
+    run = run_module("vllm_diagnose", {"journal_text": journal("healthy.txt"), "shm_dir": str(tmp_path / "none"),
+                                       "base_url": base_url, "served_model_name": "kimi-k2.5", "timeout": 5})
+    endpoint = run.result["endpoint"]
+    assert endpoint["completion_status"] == 200 and endpoint["ok"] is False
+    assert endpoint["completion_error"] == (
+        "HTTP 200, but the completion has 1 token(s) (usage.completion_tokens), not the 2 that max_tokens and min_tokens "
+        "ask for: no decode step ran, so it does not prove that the engine decodes")
+    assert run.result["healthy"] is False
+    assert run.result["msg"].endswith("no known failure; endpoint: " + endpoint["completion_error"])
+
+
+def test_shm_too_small_from_a_saved_journal_measures_shm_dir(run_module, tmp_path):
+    """Issue 27, points 2 and 3: the journal's sizes; with shm_dir read, what it holds now, and a finding that
+    does not claim what the measurement contradicts; with none, nothing said of it."""
+    unread = run_module("vllm_diagnose", {"journal_text": journal("shm-too-small-cpu.txt"), "shm_dir": str(tmp_path / "none")})
+    assert ids(unread) == ["shm_too_small"]
+    finding = only(unread, "shm_too_small")
+    assert finding["details"]["required_bytes"] == 160 << 20 and finding["details"]["free_bytes_then"] == 62 << 20
+    assert finding["details"]["free_bytes_now"] is None and "contradicted_by" not in finding["details"]
+    assert "none found now" not in finding["remedy"]
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    read = run_module("vllm_diagnose", {"journal_text": journal("shm-too-small-cpu.txt"), "shm_dir": str(shm)})
+    assert ids(read) == ["shm_too_small"]
+    finding = only(read, "shm_too_small")
+    st = os.statvfs(str(shm))
+    assert finding["details"]["total_bytes_now"] == st.f_blocks * st.f_frsize
+    if finding["details"]["free_bytes_now"] >= 160 << 20:  # this machine's disk: room now, which the finding says
+        assert finding["title"] == "/dev/shm is too small for the engine: in the journal, not on the host now"
+        assert finding["cause"].startswith('The journal says "RuntimeError: Insufficient space in /dev/shm for shared-memory '
+                                           'allocation: 160 MiB required, 62 MiB free"; but %s has ' % "/dev/shm")
+    assert read.result["healthy"] is False  # the journal shows the start ended
+
+
+def test_a_failure_the_serving_host_contradicts_is_reported_as_the_journals_words_and_healthy(run_module, tmp_path, vllm_http):
+    """The journal read holds a failed start, the unit is active and the probe's completion answers: the finding
+    says what the journal said and what the host shows, and the service is healthy."""
+    base_url, dummy = vllm_http("ok")
+    fake = fake_systemd(tmp_path / "bin", show=SHOW_ACTIVE, journal_text=journal("rejected-flag.txt"))
+    run = run_module("vllm_diagnose", {"base_url": base_url, "shm_dir": str(tmp_path / "none")}, env=on_path(fake))
+    finding = only(run, "rejected_flag")
+    assert finding["details"]["contradicted_by"] == (
+        "%s/health answers 200 and a 2-token chat completion answered 200: an engine serves there now" % base_url)
+    assert finding["title"] == "vLLM rejected a command-line flag: in the journal, not on the host now"
+    assert run.result["healthy"] is True
+    assert run.result["msg"] == "vllm.service active/running: vLLM rejected a command-line flag: in the journal, not on the host now"
 
 
 def test_health_503_is_a_dead_engine(run_module, tmp_path, vllm_http):

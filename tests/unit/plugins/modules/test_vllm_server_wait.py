@@ -1,18 +1,25 @@
 """vllm_server_wait against a small HTTP server that imitates vLLM's /health, /v1/models and
-/v1/chat/completions (a test double: it answers, it does not infer), and a refused port."""
+/v1/chat/completions (a test double: it answers, it does not infer), against the engine simulator
+(tests/simulator: a model whose first token is EOS, an engine that dies at its first decode step),
+and a refused port."""
 
 from __future__ import annotations
 
 import json
 import os
 import socket
+import subprocess
+import sys
 import threading
+import time
+import zipfile
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, ROOT
 
+from ansible_collections.fleet.vllm.plugins.module_utils._failures import probe_request
 from ansible_collections.fleet.vllm.plugins.modules.vllm_server_wait import cause_of
 
 
@@ -35,15 +42,17 @@ class FakeVllm(BaseHTTPRequestHandler):
 
     def do_POST(self):
         self.server.posts.append(self.path)
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        assert body["max_tokens"] == 2  # a prefill token and a decode token (PROBE_MAX_TOKENS)
+        self.server.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
         if self.server.completion != 200:
             # What vLLM's API server answers when its engine core died under it.
             self._send(self.server.completion, {"error": {"message": "EngineCore encountered an issue. See stack trace (above) "
                                                                      "for the root cause.", "type": "InternalServerError",
                                                           "code": self.server.completion}})
             return
-        self._send(200, {"choices": [{"message": {"content": "OK"}}]})
+        answer = {"choices": [{"message": {"content": "OK"}}]}
+        if self.server.tokens is not None:
+            answer["usage"] = {"prompt_tokens": 9, "completion_tokens": self.server.tokens, "total_tokens": 9 + self.server.tokens}
+        self._send(200, answer)
 
     def log_message(self, *args):
         pass
@@ -53,6 +62,7 @@ class FakeVllm(BaseHTTPRequestHandler):
 def server():
     httpd = HTTPServer(("127.0.0.1", 0), FakeVllm)
     httpd.health, httpd.models, httpd.posts, httpd.completion = 200, ["kimi"], [], 200
+    httpd.bodies, httpd.tokens = [], None
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield httpd
@@ -66,6 +76,29 @@ def url(httpd):
 def test_ready_models_and_completion(run_module, server):
     result = run_module("vllm_server_wait", {"url": url(server), "served_model_name": "kimi", "timeout": 30}).result
     assert result["ready"] is True and result["models"] == ["kimi"] and result["completion"] == "OK", result
+    # The collection's one probe: a prefill token and a decode token, forced past an EOS first token.
+    assert server.bodies == [probe_request("kimi")]
+    assert server.bodies[0]["max_tokens"] == server.bodies[0]["min_tokens"] == 2 and server.bodies[0]["ignore_eos"] is True
+
+
+@pytest.mark.parametrize("tokens, ready", [(1, False), (0, False), (2, True)])
+def test_an_answer_without_a_decode_step_is_not_ready(run_module, server, tokens, ready):
+    """An engine that answers fewer tokens than min_tokens asks (one that ignores it, or stopped at
+    the prefill) proved no decode step: not ready."""
+    server.tokens = tokens
+    result = run_module("vllm_server_wait", {"url": url(server), "served_model_name": "kimi", "timeout": 30}).result
+    assert result.get("ready") is ready, result
+    if not ready:
+        assert result["failed"] and ("but the completion has %d token(s) (usage.completion_tokens), not the 2 that max_tokens "
+                                     "and min_tokens ask for: no decode step ran" % tokens) in result["msg"], result["msg"]
+
+
+def test_an_empty_served_model_name_is_refused_naming_it(run_module, server):
+    result = run_module("vllm_server_wait", {"url": url(server), "served_model_name": " ", "check_models": False,
+                                             "timeout": 30}).result
+    assert result["failed"] and result["msg"].startswith("served_model_name: the probe's model (the served model name) must "
+                                                         "be a non-empty string"), result
+    assert server.posts == []
 
 
 def test_check_mode_sends_no_completion(run_module, server):
@@ -249,3 +282,76 @@ def test_an_engine_death_is_no_cause_its_first_error_is():
 def test_an_empty_journal_says_nothing():
     assert cause_of([], "vllm.service") == ""
     assert cause_of(["Started vllm.service - vLLM OpenAI-compatible server (kimi)."], "vllm.service") == ""
+
+
+# ---- against the engine simulator: a model whose first token is EOS (issue 27, point 1) -----------
+#
+# TEST FIXTURE: the engine simulator (tests/simulator), built into a wheel and run from its
+# unpacked files. FLEET_VLLM_SIM_FIRST_TOKEN=eos makes the model's first token its EOS; it honours
+# min_tokens and ignore_eos as vLLM does. The fault decode-dead kills the engine at its first decode
+# step, as the real CPU engine with an FP8 KV cache its decode kernel cannot read.
+
+
+@pytest.fixture(scope="module")
+def simulator_path(tmp_path_factory):
+    out = tmp_path_factory.mktemp("simulator")
+    subprocess.run([sys.executable, str(ROOT / "tests" / "simulator" / "build-wheel.py"), "0.33.0", str(out)],
+                   check=True, capture_output=True)
+    with zipfile.ZipFile(out / "vllm-0.33.0-py3-none-any.whl") as wheel:
+        wheel.extractall(out / "site")
+    return out / "site"
+
+
+@pytest.fixture
+def simulator(simulator_path):
+    started = []
+
+    def start(**env):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        environ = dict(os.environ, PYTHONPATH=str(simulator_path), PATH="%s:%s" % (FIXTURES / "bin", os.environ["PATH"]),
+                       FLEET_VLLM_FAKE_GPUS="rtx-pro-6000-x8", FLEET_VLLM_SIM_LOAD_SECONDS="0", PYTHONDONTWRITEBYTECODE="1",
+                       FLEET_VLLM_SIM_FAULT_FILE=str(simulator_path / "no-fault-file"), FLEET_VLLM_SIM_SHM_DIR=str(simulator_path))
+        environ.pop("VLLM_API_KEY", None)
+        environ.update(env)
+        proc = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", str(FIXTURES / "models" / "bf16-kv"),
+                                 "--host", "127.0.0.1", "--port", str(port), "--served-model-name", "kimi"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environ)
+        started.append(proc)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return "http://127.0.0.1:%d" % port, proc
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError("the simulator did not listen within 30 s")
+
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.communicate(timeout=60)
+
+
+def test_a_model_whose_first_token_is_eos_cannot_hide_a_broken_decode_step(run_module, simulator):
+    """A two-token probe without min_tokens and ignore_eos ends at the EOS the prefill produced, and an engine
+    that dies at its first decode step passes it; the probe forces the decode step, and the dead engine fails."""
+    base, proc = simulator(FLEET_VLLM_SIM_FIRST_TOKEN="eos", FLEET_VLLM_SIM_FAULT="decode-dead")
+    run = run_module("vllm_server_wait", {"url": base, "served_model_name": "kimi", "timeout": 30})
+    result = run.result
+    assert result["failed"] and result.get("ready") is False, result
+    assert result["health_status"] == 200 and result["models"] == ["kimi"]
+    assert result["msg"].startswith("a two-token chat completion answers 500 although /health answers 200: "), result["msg"]
+    assert "EngineCore encountered an issue" in result["msg"]
+    proc.kill()
+    out, dummy = proc.communicate(timeout=60)
+    assert "EngineCore encountered a fatal error at the first decode step" in out
+
+
+def test_a_healthy_model_whose_first_token_is_eos_answers_the_probes_two_tokens(run_module, simulator):
+    base, dummy = simulator(FLEET_VLLM_SIM_FIRST_TOKEN="eos")
+    result = run_module("vllm_server_wait", {"url": base, "served_model_name": "kimi", "timeout": 30}).result
+    # Two tokens of text: min_tokens kept the EOS out of them (without it: one EOS token, no text).
+    assert result["ready"] is True and result["completion"] == "This is", result
