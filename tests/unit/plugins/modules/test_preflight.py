@@ -502,6 +502,19 @@ def test_a_full_shm_names_the_files_earlier_vllm_runs_left(preflight, host):
         problem), problem
 
 
+@pytest.mark.parametrize("platform, floor", [("cuda", 16 * 1024 ** 3), ("cpu", 512 * MIB)])
+def test_the_shm_floor_is_what_the_platforms_engine_needs(preflight, host, platform, floor):
+    """Issue 27, point 2: not set, the floor follows the engine - the real CPU engine needs 400 MiB while it serves
+    (segments of 240 and 160 MiB, measured) and stopped at start on a 64 MB /dev/shm."""
+    gpus = None if platform == "cpu" else "rtx-pro-6000-x8"
+    run = preflight(gpus, platform=platform, shm_min_bytes=None, **({"tensor_parallel_size": 1} if platform == "cpu" else {}))
+    assert run.result["measured"]["shm"]["min_bytes"] == floor, run.result
+    assert floor >= 400 * MIB  # never below what the real CPU engine held
+    st = os.statvfs(host.shm)
+    if st.f_blocks * st.f_frsize < floor:
+        assert ("(what the %s engine needs; vllm_preflight_shm_min_bytes not set)" % platform) in " ".join(run.result["problems"])
+
+
 # ---------------------------------------------------------------------------- open files
 
 
