@@ -24,7 +24,7 @@ description:
     empty, and exactly as long as its header says (the 8-byte header length, the header and the
     end of the last tensor's data; only the headers are read).
   - With O(base_url), asks C(GET /health) and then a two-token C(POST /v1/chat/completions)
-    (the collection's one probe: C(max_tokens) and vLLM's C(min_tokens) 2 and C(ignore_eos), so that
+    (the collection's one probe - C(max_tokens) and vLLM's C(min_tokens) 2 and C(ignore_eos), so that
     a decode step runs even when the model's first token is its end-of-sequence token; an answer
     of fewer tokens is an error); a health check that answers while the completion times out is
     the hang of vLLM issue 39863.

@@ -25,9 +25,9 @@ description:
     O(check_completion), a two-token C(POST /v1/chat/completions) must return a choice
     (C(/health) can stay 200 while the engine hangs, vLLM issue 39863).
   - The completion is the collection's one probe (also M(fleet.vllm.vllm_diagnose)'s and the
-    gateways' check): C(max_tokens) 2 with vLLM's C(min_tokens) 2 and C(ignore_eos), so that the
+    gateways' check) - C(max_tokens) 2 with vLLM's C(min_tokens) 2 and C(ignore_eos), so that the
     second token comes out of a decode step even when the model's first token is its
-    end-of-sequence token. An answer whose C(usage.completion_tokens) is below 2 fails: no decode
+    end-of-sequence token. An answer whose C(usage.completion_tokens) is below 2 fails, since no decode
     step ran.
   - Only reads; it changes nothing.
 author:
