@@ -1,7 +1,7 @@
 """upgrade_rollback, step 5: Ctrl-C while the third host loaded its restarted model, then the same
 command again: the rerun adopted the running service (the staged state, restarted after the
 pending record) instead of restarting it a second time, verified it and recorded it. Then the
-whole fleet converged: the second host (its fault gone) restarted, nothing else did."""
+whole fleet converged: the first host (its fault gone) restarted, nothing else did."""
 
 from __future__ import annotations
 
@@ -25,17 +25,17 @@ def test_rerun_adopted_without_restarting():
 
 
 def test_each_host_restarted_once_at_most_and_serves_the_upgrade(host):
-    """Since the record taken after the failed upgrade: the first host was not restarted again;
-    the second restarted once (its fault gone); the third runs the very process the interrupted
-    run started."""
+    """Since the record taken after the failed upgrade: the first host restarted once (its fault
+    gone); the second, rolled in the failed upgrade's batch, was not restarted again; the third
+    runs the very process the interrupted run started."""
     first, second, third = fleet.instances()
     assert fleet.load_run("converge_all")["rc"] == 0, fleet.load_run("converge_all")["output_tail"][-3000:]
     data = fleet.facts(host)
     name = fleet.name_of(host)
     if name == first:
-        assert not fleet.restarted_since_record(host, data)
-    elif name == second:
         assert fleet.restarted_since_record(host, data)
+    elif name == second:
+        assert not fleet.restarted_since_record(host, data)
     else:
         assert data["unit"]["InvocationID"] == fleet.load_run("interrupted")["interrupt"]["invocation_after"]
         assert data["unit"]["NRestarts"] == "0"
