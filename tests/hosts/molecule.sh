@@ -34,6 +34,11 @@ export ANSIBLE_INJECT_FACT_VARS=false
 scenarios=(default real_engine real_engine@amx-flip kv_auto onboard upgrade_rollback failures gateway)
 
 log() { printf 'molecule.sh: %s\n' "$*" >&2; }
+# What a scenario proves: the first sentence of its molecule.yml's header ("# NAME: ...").
+proves() {
+    sed -n '2,/^#   /p' "${root}/molecule/$1/molecule.yml" | grep -v '^#   ' | sed -e 's/^# *//' | tr '\n' ' ' \
+        | sed -e "s/^$1: //" -e 's/ *$//'
+}
 
 start=${SECONDS}
 "${here}/prepare-machine.sh" >&2
@@ -65,7 +70,7 @@ for scenario in "${scenarios[@]}"; do
     amx=${FLEET_VLLM_TEST_CPU_AMX:-}
     [[ ${scenario} == *@amx-* ]] && amx=${scenario#*@amx-}
     if FLEET_VLLM_TEST_CPU_AMX=${amx} molecule test -s "${name}" 2>&1 | tee "${scenario_log}"; then
-        summary+=("$(printf '%-22s passed in %4d s' "${scenario}" $((SECONDS - t)))")
+        summary+=("$(printf '%-22s passed in %4d s: %s' "${scenario}" $((SECONDS - t)) "$(proves "${name}")")")
     else
         summary+=("$(printf '%-22s FAILED after %4d s' "${scenario}" $((SECONDS - t)))")
         why+=("  ${scenario}:" "$(python "${here}/failure_digest.py" <"${scenario_log}" || true)")
