@@ -320,8 +320,8 @@ def _attention_backend(ctx):
     elif kv and kv.startswith("fp8"):
         cause = ("No attention backend of this vLLM build accepts kv_cache_dtype=%s on this GPU (%s). The checkpoint "
                  "declares an FP8 KV cache (kv_cache_scheme in config.json, kv_cache_quant_algo in hf_quant_config.json) "
-                 "and --kv-cache-dtype auto follows it. On compute capability 12.x the only dense MLA backend is TRITON_MLA, "
-                 "which accepts FP8 KV only from vLLM commit a1257fd1ea93 (PR #34597) on." % (kv, reasons))
+                 "and --kv-cache-dtype auto follows it. On compute capability 12.x the only dense MLA backend that can take an FP8 KV "
+                 "cache is TRITON_MLA, which accepts it only from vLLM commit a1257fd1ea93 (PR #34597) on." % (kv, reasons))
     else:
         cause = "No attention backend of this vLLM build accepts this configuration (kv_cache_dtype=%s) on this GPU (%s)." % (kv, reasons)
     remedy = ("KV-cache fix: set `vllm_kv_cache_policy: strip` (vLLM then falls back to a bf16 KV cache, which halves the "

@@ -34,7 +34,8 @@ description:
     version and commit answers, built from the backend classes of the releases on PyPI and
     vLLM's history; it says "supported" only where that is proven, and an undetermined build
     counts as "not supported" (the reason says so). In short - C(TRITON_MLA), the only dense MLA
-    backend on compute capability 12.x, takes an FP8 KV cache from commit a1257fd1ea93 (vLLM pull
+    backend on compute capability 12.x that can take an FP8 KV cache (vLLM main's C(FLASHINFER_FA2_MLA) takes
+    bfloat16 only), takes it from commit a1257fd1ea93 (vLLM pull
     request 34597, merged 2026-03-12) on, that is from release 0.18.0 on; nightlies of the
     0.17.1rc1 line, when it was merged, are undetermined unless their commit is listed; 0.14.0,
     0.16.0, 0.17.1 and 0.16.0rc2.dev313 have no MLA backend for FP8 KV on 12.x. The sources of

@@ -64,6 +64,9 @@ CITATIONS = [
     ("docs/evidence.md", "FLASHINFER_FA2_MLA", "the only dense MLA backend is\n  `TRITON_MLA`. Before"),
     ("docs/kv-cache.md", "FLASHINFER_FA2_MLA", "12.x the only dense MLA backend is `TRITON_MLA`"),
     ("plugins/module_utils/_vllm_support.py", "FLASHINFER_FA2_MLA", "``TRITON_MLA``, the only dense MLA backend on"),
+    ("plugins/modules/vllm_probe.py", "FLASHINFER_FA2_MLA", "the only dense MLA\n    backend on compute capability 12.x, takes"),
+    ("plugins/module_utils/_failures.py", "the only dense MLA backend that can take an FP8 KV",
+     "the only dense MLA backend is TRITON_MLA"),
     # RsyncProject/rsync: tag v3.5.0 is commit 471e17dc; 7c20b077 is v3.5.0-16-g7c20b077
     ("docs/evidence.md", "tag v3.5.0, commit 471e17dc", "7c20b077"),
     # HAProxy 2.6 src/server.c: health = rise at start and on leaving maintenance, so "UP 1/2" also

@@ -96,8 +96,8 @@ def test_seed_failure_in_full():
     assert got["cause"] == (
         "No attention backend of this vLLM build accepts kv_cache_dtype=fp8_e4m3 on this GPU (%s). The checkpoint declares an "
         "FP8 KV cache (kv_cache_scheme in config.json, kv_cache_quant_algo in hf_quant_config.json) and --kv-cache-dtype auto "
-        "follows it. On compute capability 12.x the only dense MLA backend is TRITON_MLA, which accepts FP8 KV only from vLLM "
-        "commit a1257fd1ea93 (PR #34597) on." % reasons)
+        "follows it. On compute capability 12.x the only dense MLA backend that can take an FP8 KV cache is TRITON_MLA, "
+        "which accepts it only from vLLM commit a1257fd1ea93 (PR #34597) on." % reasons)
     assert got["remedy"] == REMEDY_ATTENTION
     assert got["evidence"] == [fp8[-1], error[-1]]
     assert got["details"]["selected_backend"] is None
