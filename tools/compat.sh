@@ -53,7 +53,7 @@ if [[ ! -f ${venv}/.complete ]]; then
     touch "${venv}/.complete"
     log "venv made in $((SECONDS - start)) s"
 fi
-"${venv}/bin/ansible" --version | head -n1 >&2
+"${venv}/bin/ansible" --version | sed -n 1p >&2  # sed reads it all: head would close the pipe early (BrokenPipeError, a failure under pipefail)
 
 cd "${root}"
 export ANSIBLE_INJECT_FACT_VARS=false
