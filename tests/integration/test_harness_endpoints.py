@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from conftest import ANSIBLE_BIN, ROOT, prerequisite, run_playbook
+from tests.helpers.haproxy import HAPROXY, free_port
+from tests.helpers.haproxy import running as haproxy_running
 from tests.helpers.standin_engine import StandInEngine
 
 pytestmark = [pytest.mark.integration]
 
-HAPROXY = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
 ENDPOINT_SH = ROOT / "tests" / "hosts" / "endpoint.sh"
 DEMO_VARS = ROOT / "inventories" / "demo" / "group_vars" / "vllm_servers.yml"
 HOSTS = ("fleet-vllm-ee-1", "fleet-vllm-ee-2")
@@ -93,33 +92,17 @@ def front_door(tmp_path, asked):
     this machine's HAProxy on a free loopback port, a stand-in engine behind it."""
     answer = json.loads((asked / (HOSTS[0] + ".json")).read_text())
     engine = StandInEngine(model=answer["model"])
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     config = tmp_path / "haproxy.cfg"
     run = run_playbook(ROOT / "tests" / "integration" / "playbooks" / "vllm_gateway_render.yml", extra_vars={
         "dest": str(config), "vllm_gateway_api_key": answer["api_key"], "vllm_gateway_engine_port": engine.port,
         "vllm_gateway_frontdoor_port": port, "vllm_gateway_bind_address": "127.0.0.1",
         "vllm_server_served_model_name": answer["model"], "_vllm_gateway_socket": str(tmp_path / "admin.sock")})
     assert run.rc == 0, run.stdout[-3000:]
-    proc = subprocess.Popen([HAPROXY, "-db", "-f", str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert proc.poll() is None, proc.stdout.read().decode()
-                assert time.monotonic() < deadline, "HAProxy did not listen on %d" % port
-                time.sleep(0.2)
-        yield dict(url="http://127.0.0.1:%d" % port, engine="http://127.0.0.1:%d" % engine.port, **answer)
+        with haproxy_running(config, port):
+            yield dict(url="http://127.0.0.1:%d" % port, engine="http://127.0.0.1:%d" % engine.port, **answer)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
         engine.close()
 
 

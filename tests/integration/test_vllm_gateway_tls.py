@@ -11,14 +11,14 @@ from __future__ import annotations
 import http.client
 import json
 import shutil
-import socket
 import ssl
 import subprocess
-import time
 
 import pytest
 
 from conftest import ROOT, prerequisite, run_playbook
+from tests.helpers.haproxy import free_port
+from tests.helpers.haproxy import running as haproxy_running
 from tests.helpers.standin_engine import StandInEngine
 
 pytestmark = [
@@ -31,12 +31,6 @@ pytestmark = [
 PLAYBOOK = ROOT / "tests" / "integration" / "playbooks" / "vllm_gateway_render.yml"
 KEY = "k1-fleet.vllm_test~key"
 NAME = "frontdoor.fleet-vllm.test"
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
@@ -62,25 +56,10 @@ def front_door(tmp_path):
     # The same check the role runs before it puts a configuration in place.
     checked = subprocess.run([haproxy, "-c", "-q", "-f", str(config)], capture_output=True, text=True, check=False)
     assert checked.returncode == 0, checked.stderr
-    proc = subprocess.Popen([haproxy, "-db", "-f", str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert proc.poll() is None, proc.stdout.read().decode()
-                assert time.monotonic() < deadline, "HAProxy did not listen on %d" % port
-                time.sleep(0.2)
-        context = ssl.create_default_context(cafile=str(cert))
-        yield dict(port=port, context=context, cert=cert)
+        with haproxy_running(config, port):
+            yield dict(port=port, context=ssl.create_default_context(cafile=str(cert)), cert=cert)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
         engine.close()
 
 
