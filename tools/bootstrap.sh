@@ -48,4 +48,4 @@ if [[ ! -f $stamp ]]; then
   .venv/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
   touch "$stamp"
 fi
-echo "bootstrap: ready ($(.venv/bin/ansible --version | head -n1))" >&2
+echo "bootstrap: ready ($(.venv/bin/ansible --version | sed -n 1p))" >&2

@@ -292,8 +292,9 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native, to_text
 from ansible.module_utils.urls import open_url
 
-from ansible_collections.fleet.vllm.plugins.module_utils._failures import (SHM_PATTERNS, diagnose, journal_stopped, probe_request,
-                                                                          probe_shortfall)
+from ansible_collections.fleet.vllm.plugins.module_utils._failures import (
+    SHM_PATTERNS, diagnose, journal_stopped, probe_request, probe_shortfall,
+)
 
 C_LOCALE = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C")
 SHOW_PROPERTIES = "LoadState,ActiveState,SubState,Result,ExecMainStatus,NRestarts,ActiveEnterTimestamp"

@@ -569,9 +569,11 @@ def test_progress_record_from_many_threads_into_a_missing_directory(tmp_path):
     writer = hf_snapshot.HfSnapshot(module)
     old_umask = os.umask(0o077)
     try:
-        threads = [threading.Thread(target=lambda n=n: [writer.write_progress(state="running", bytes_done=n * 1000 + i,
-                                                                               bytes_total=10 ** 6) for i in range(150)])
-                   for n in range(8)]
+        def write(n):
+            for i in range(150):
+                writer.write_progress(state="running", bytes_done=n * 1000 + i, bytes_total=10 ** 6)
+
+        threads = [threading.Thread(target=write, args=(n,)) for n in range(8)]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -582,4 +584,3 @@ def test_progress_record_from_many_threads_into_a_missing_directory(tmp_path):
     assert json.loads(record.read_text())["state"] == "running"
     assert oct(record.stat().st_mode & 0o777) == "0o644"
     assert sorted(p.name for p in record.parent.iterdir()) == [record.name]
-
