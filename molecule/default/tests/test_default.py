@@ -10,6 +10,8 @@ served copy and leave the pristine snapshot as the hub serves it. Each host is r
 
 from __future__ import annotations
 
+import json
+
 import fleet_hosts as fleet
 
 testinfra_hosts = fleet.testinfra_hosts()
@@ -88,6 +90,19 @@ def test_served_copy_is_stripped(host):
 
 def test_served_shards_link_to_pristine(host):
     fleet.assert_shards_link_to_pristine(fleet.facts(host))
+
+
+def test_weights_progress_record_of_the_first_deploy(host):
+    """The download's (or the peer copy's) progress record on a bare host's first deploy: its
+    directory made, the last record whole and world-readable, saying done, no temporary file left
+    (issue 28: a record lost to a concurrent writer warned "cannot write the progress record")."""
+    directory = "/var/lib/fleet-vllm/weights"
+    record = host.file(f"{directory}/weights-{fleet.REPO_DIR}.progress.json")
+    assert record.is_file and record.mode == 0o644, record.path
+    progress = json.loads(record.content_string)
+    assert progress["state"] == "done", progress
+    assert progress["bytes_done"] == progress["bytes_total"] > 0, progress
+    assert not [name for name in host.file(directory).listdir() if name.endswith(".tmp")]
 
 
 def test_service_active_and_enabled(host):
