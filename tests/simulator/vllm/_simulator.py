@@ -106,8 +106,13 @@ MLA_PRIORITY = ("FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "F
 MLA_PRIORITY_SM100 = ("CUTLASS_MLA", "FLASHINFER_MLA", "FLASHMLA", "FLASH_ATTN_MLA", "TRITON_MLA", "FLASHMLA_SPARSE")
 
 
-class Terminate(Exception):
-    """SIGTERM or SIGINT arrived."""
+class Terminate(BaseException):
+    """SIGTERM or SIGINT arrived. A BaseException, as KeyboardInterrupt is: the signal handler
+    raises it in the main thread wherever that thread is, and when that is inside socketserver's
+    request dispatch (starting a handler thread) an Exception would be caught by its
+    ``except Exception: handle_error`` - "Exception occurred during processing of request" - and
+    the server would go on serving, deaf to the SIGTERM (seen on a loaded CI machine: a stop
+    that waited out its 60 s)."""
 
 
 # ---- logging in vLLM's format --------------------------------------------------------------

@@ -230,6 +230,36 @@ def test_old_build_serves_the_stripped_checkpoint(old_venv, run_module, tmp_path
     assert "Using TRITON_MLA attention backend" in out
 
 
+def test_a_sigterm_during_request_dispatch_stops_the_server(old_venv):
+    """The signal handler's Terminate can land while the main thread is inside socketserver's
+    dispatch of a request (starting its handler thread): it must leave serve_forever there too,
+    not be swallowed by socketserver's ``except Exception`` (handle_error) and leave a server that
+    ignores its SIGTERM."""
+    script = (
+        "import socketserver\n"
+        "from vllm._simulator import Terminate\n"
+        "class Server(socketserver.ThreadingTCPServer):\n"
+        "    def get_request(self):\n"
+        "        return object(), ('127.0.0.1', 1)\n"
+        "    def verify_request(self, request, address):\n"
+        "        return True\n"
+        "    def process_request(self, request, address):\n"
+        "        raise Terminate()\n"
+        "    def shutdown_request(self, request):\n"
+        "        pass\n"
+        "server = Server(('127.0.0.1', 0), socketserver.BaseRequestHandler)\n"
+        "try:\n"
+        "    server._handle_request_noblock()\n"
+        "except Terminate:\n"
+        "    print('stopped')\n"
+        "else:\n"
+        "    print('swallowed')\n"
+    )
+    out = subprocess.run([str(old_venv / "bin" / "python"), "-c", script], capture_output=True, text=True, timeout=30,
+                         env=sim_env(), cwd=str(old_venv), check=False)
+    assert out.stdout.strip() == "stopped", out.stdout + out.stderr
+
+
 def test_old_build_rejects_a_flag_only_newer_vllm_knows(old_venv):
     document = json.loads((SIM / "vllm" / "flags.json").read_text())["versions"]
     old = {s for o in document["0.16.0"]["options"] for s in o["option_strings"]}
