@@ -11,6 +11,7 @@ import json
 import os
 import pwd
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -252,6 +253,13 @@ def model_dir(tmp_path):
         return target
 
     return make
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a server a test starts)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def snapshot(directory):

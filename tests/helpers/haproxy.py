@@ -12,12 +12,6 @@ import time
 HAPROXY = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
 
 
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextlib.contextmanager
 def running(config, port, timeout=30):
     """``haproxy -db -f CONFIG``, once it listens on 127.0.0.1:PORT; stopped on leaving."""

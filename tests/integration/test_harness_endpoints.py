@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ANSIBLE_BIN, ROOT, prerequisite, run_playbook
-from tests.helpers.haproxy import HAPROXY, free_port
+from conftest import ANSIBLE_BIN, ROOT, free_port, prerequisite, run_playbook
+from tests.helpers.haproxy import HAPROXY
 from tests.helpers.haproxy import running as haproxy_running
 from tests.helpers.standin_engine import StandInEngine
 

@@ -16,8 +16,7 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT, prerequisite, run_playbook
-from tests.helpers.haproxy import free_port
+from conftest import ROOT, free_port, prerequisite, run_playbook
 from tests.helpers.haproxy import running as haproxy_running
 from tests.helpers.standin_engine import StandInEngine
 

@@ -28,7 +28,7 @@ import jinja2
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from conftest import COLLECTIONS, NOBODY, ROOT, require_readable, shared_tmpdir, stage_for_account, unreadable_reason
+from conftest import COLLECTIONS, NOBODY, ROOT, free_port, require_readable, shared_tmpdir, stage_for_account, unreadable_reason
 
 from ansible_collections.fleet.vllm.plugins.filter.config_value import config_value
 from ansible_collections.fleet.vllm.plugins.module_utils import _snapshot as snap
@@ -48,12 +48,6 @@ HANDSHAKE_TIMEOUT = 2
 if os.geteuid() != 0 or not shutil.which("systemd-socket-activate") or not shutil.which("rsync") or not shutil.which("setpriv"):
     pytest.skip("needs root (the daemon runs as nobody, as the role's runs as a transient user), rsync, setpriv and "
                 "systemd-socket-activate", allow_module_level=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def render_rsyncd_conf(base, networks, pristine=None):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, run_playbook
+from conftest import ROOT, free_port, run_playbook
 from tests.hub.synthetic_repo import make_repo
 
 pytestmark = [pytest.mark.integration]
@@ -25,12 +24,6 @@ pytestmark = [pytest.mark.integration]
 REPO = "nvidia/Kimi-K2.5-NVFP4"
 PLAYBOOK = ROOT / "tests" / "integration" / "playbooks" / "vllm_weights.yml"
 HOSTS = ("node1", "node2", "node3")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

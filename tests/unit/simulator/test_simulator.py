@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import free_port
+
 ROOT = Path(__file__).resolve().parents[3]
 SIM = ROOT / "tests" / "simulator"
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -84,12 +86,6 @@ def sim_env(**extra):
 def run(venv, args, **env):
     return subprocess.run([str(venv / "bin" / "python")] + API + list(args), capture_output=True, text=True,
                           env=sim_env(**env), timeout=30, cwd=str(venv), check=False)
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Server(object):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import socket
 import struct
 import subprocess
 import sys
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, ROOT, snapshot
+from conftest import FIXTURES, ROOT, free_port, snapshot
 
 from ansible_collections.fleet.vllm.plugins.module_utils._failures import probe_request
 
@@ -221,12 +220,6 @@ def vllm_http():
         release.set()
         server.shutdown()
         server.server_close()
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # ---- offline analysis of a saved journal -------------------------------------------------------
