@@ -638,7 +638,9 @@ def _shm_too_small(ctx):
     if space.get("total_bytes") is not None:
         evidence.append("%s now: %s, %s free" % (path, _mib(space["total_bytes"]), _mib(space["free_bytes"])))
         cause += " It is %s now, %s free." % (_mib(space["total_bytes"]), _mib(space["free_bytes"]))
-    if own and free + leftover >= required:
+    # Would the segment have fitted without this user's leftover files?
+    leftovers_in_the_way = bool(own) and free + leftover >= required
+    if leftovers_in_the_way:
         cause += (" Leftover vLLM files of %s hold %s of it (shm_leftovers): without them the segment would fit."
                   % (ctx.service_user, _mib(leftover)))
     remedy = ("Make %s larger than the %s vLLM asked for, with room for its other segments (the real CPU engine holds "
@@ -647,7 +649,7 @@ def _shm_too_small(ctx):
               "`--ipc=host`. Then run `%s --tags server`. Preflight measures %s before a deploy: keep "
               "`vllm_preflight_shm_min_bytes` at 0 (what the platform's engine needs) or above what the engine asks for."
               % (path, _mib(required), path, DEPLOY, path))
-    if own and free + leftover >= required:
+    if leftovers_in_the_way:
         remedy = "Or remove the leftover files first (shm_leftovers). " + remedy
     return _finding("shm_too_small", evidence, cause, remedy, details)
 

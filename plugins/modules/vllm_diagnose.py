@@ -587,8 +587,10 @@ class Diagnosis(object):
             endpoint["completion_error"] = "%s: the server refused the api_key; set api_key (vllm_server_api_key)" % error
         elif status == 200 and not (isinstance(answer, dict) and answer.get("choices")):
             endpoint["completion_error"] = "HTTP 200 without choices in the answer"
-        elif status == 200 and probe_shortfall(answer):
-            endpoint["completion_error"] = "HTTP 200, but %s" % probe_shortfall(answer)
+        elif status == 200:
+            shortfall = probe_shortfall(answer)
+            if shortfall:
+                endpoint["completion_error"] = "HTTP 200, but %s" % shortfall
         endpoint["ok"] = status == 200 and endpoint["completion_error"] is None
 
     # ---- main ------------------------------------------------------------------------------
