@@ -19,69 +19,14 @@ from __future__ import annotations
 
 import re
 
-import jinja2
-import jinja2.nodes
 import pytest
 import yaml
 
 from conftest import ROOT
+from tests.helpers.ansible_names import SPECIAL, walk
 
 DOC = ROOT / "docs" / "playbooks.md"
 PLAYBOOKS = sorted((ROOT / "playbooks").glob("*.yml")) + [ROOT / "deploy.yml"]
-
-# Keys whose string values Ansible evaluates as bare Jinja expressions.
-CONDITIONALS = {"when", "failed_when", "changed_when", "until", "that"}
-
-# Ansible's special variables (docs.ansible.com, "Special Variables", ansible-core 2.19) and the
-# Jinja globals Ansible adds: read, never set by a user of the collection.
-SPECIAL = {
-    "ansible_check_mode", "ansible_collection_name", "ansible_config_file", "ansible_dependent_role_names",
-    "ansible_diff_mode", "ansible_facts", "ansible_forks", "ansible_index_var", "ansible_inventory_sources",
-    "ansible_limit", "ansible_loop", "ansible_loop_var", "ansible_parent_role_names", "ansible_parent_role_paths",
-    "ansible_play_batch", "ansible_play_hosts", "ansible_play_hosts_all", "ansible_play_name",
-    "ansible_play_role_names", "ansible_playbook_python", "ansible_role_name", "ansible_role_names",
-    "ansible_run_tags", "ansible_search_path", "ansible_skip_tags", "ansible_verbosity", "ansible_version",
-    "group_names", "groups", "hostvars", "inventory_dir", "inventory_file", "inventory_hostname",
-    "inventory_hostname_short", "omit", "play_hosts", "playbook_dir", "role_name", "role_names", "role_path",
-    "item",
-    # Jinja and Ansible template globals
-    "lookup", "query", "q", "now", "undef", "range", "dict", "lipsum", "cycler", "joiner", "namespace", "zip",
-    "true", "false", "none", "True", "False", "None",
-}
-
-ENV = jinja2.Environment()
-
-
-def names_in(template):
-    """The names a template loads that it does not assign itself (`for`, `set`). Only parsed:
-    jinja2.meta would compile it, which fails on Ansible's filters and tests."""
-    tree = ENV.parse(template)
-    loaded = {n.name for n in tree.find_all(jinja2.nodes.Name) if n.ctx == "load"}
-    stored = {n.name for n in tree.find_all(jinja2.nodes.Name) if n.ctx in ("store", "param")}
-    return loaded - stored
-
-
-def walk(node, reads, defines, key=None):
-    """Collect the names read (templates, conditionals) and defined (vars, register, set_fact)."""
-    if isinstance(node, dict):
-        for k, v in node.items():
-            if k == "vars" and isinstance(v, dict):
-                defines.update(v)
-            elif k == "register" and isinstance(v, str):
-                defines.add(v)
-            elif k in ("ansible.builtin.set_fact", "set_fact") and isinstance(v, dict):
-                defines.update(n for n in v if n != "cacheable")
-            elif k == "loop_control" and isinstance(v, dict) and "loop_var" in v:
-                defines.add(v["loop_var"])
-            walk(v, reads, defines, k)
-    elif isinstance(node, list):
-        for v in node:
-            walk(v, reads, defines, key)
-    elif isinstance(node, str):
-        if key in CONDITIONALS and "{{" not in node:
-            reads.update(names_in("{{ %s }}" % node))
-        elif "{{" in node or "{%" in node:
-            reads.update(names_in(node))
 
 
 def playbook_reads(path):
