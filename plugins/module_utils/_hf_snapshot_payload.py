@@ -3,12 +3,17 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The program fleet.vllm.hf_snapshot runs with the Python that has huggingface_hub.
 
-The module runs ``python -c BOOTSTRAP FILE``, FILE holding ``{"payload": PAYLOAD, "question":
-{...}}`` in the module's temporary directory, in a fresh process for every request to the hub:
-huggingface_hub reads HF_ENDPOINT, HF_HUB_DISABLE_XET and its timeouts when it is imported, and a
-download that stalls is stopped by killing that process. The token comes in the environment
-(HF_TOKEN), never on the command line. PAYLOAD prints one JSON answer on its last stdout line;
-everything huggingface_hub prints goes to stderr.
+The module runs ``python -c BOOTSTRAP FILE``, FILE holding ``{"payload": SOURCE, "question":
+{...}}`` in the module's temporary directory, SOURCE being this file's text as source() reads it
+(from the AnsiballZ zip on a host). BOOTSTRAP runs SOURCE as ``__main__``, whose main() reads
+the question from FILE. A fresh process for every request to the hub: huggingface_hub reads
+HF_ENDPOINT, HF_HUB_DISABLE_XET and its timeouts when it is imported, and a download that stalls
+is stopped by killing that process. The token comes in the environment (HF_TOKEN), never on the
+command line. main() prints one JSON answer on its last stdout line; everything huggingface_hub
+prints goes to stderr. ``python _hf_snapshot_payload.py FILE`` runs it the same way.
+
+Standard library only at import time (the host's Python imports this file to read it, and has no
+huggingface_hub): huggingface_hub is imported by answer(), in the child.
 
 Question: ``{"op": "resolve"|"download", "repo_id": str, "revision": str,
 "allow_patterns": [str]|null, "ignore_patterns": [str]|null, "local_dir": str (download), "max_workers": int (download)}``.
@@ -21,18 +26,25 @@ Private to the fleet.vllm collection: the interface may change without notice.
 
 from __future__ import annotations
 
-BOOTSTRAP = (
-    "import json, sys; message = json.load(open(sys.argv[1])); "
-    "exec(compile(message['payload'], '<fleet.vllm.hf_snapshot>', 'exec'), "
-    "{'__name__': '__fleet_vllm_hf_snapshot__', 'QUESTION': message['question']})"
-)
-
-PAYLOAD = r'''
 import json
 import os
 import sys
 
-sys.path[:] = [p for p in sys.path if p not in ("", ".")]
+BOOTSTRAP = (
+    "import json, sys; exec(compile(json.load(open(sys.argv[1]))['payload'], '<fleet.vllm.hf_snapshot>', 'exec'), "
+    "{'__name__': '__main__'})"
+)
+
+# Errors that another attempt cannot fix: the caller fails at once and says what to set.
+FATAL = ("RepositoryNotFoundError", "GatedRepoError", "RevisionNotFoundError", "EntryNotFoundError",
+         "RemoteEntryNotFoundError", "DisabledRepoError", "HFValidationError", "LocalEntryNotFoundError",
+         "OfflineModeIsEnabled")
+
+
+def source():
+    """This file's text, which the module sends to the child: read through the loader that imported it - from the
+    AnsiballZ zip on a host (zipimport), from the file in a checkout."""
+    return __spec__.loader.get_source(__spec__.name)
 
 
 def die_with_parent():
@@ -48,15 +60,13 @@ def die_with_parent():
         pass
 
 
-die_with_parent()
-ANSWER = os.fdopen(os.dup(1), "w")
-os.dup2(2, 1)
-sys.stdout = sys.stderr
-
-# Errors that another attempt cannot fix: the caller fails at once and says what to set.
-FATAL = ("RepositoryNotFoundError", "GatedRepoError", "RevisionNotFoundError", "EntryNotFoundError",
-         "RemoteEntryNotFoundError", "DisabledRepoError", "HFValidationError", "LocalEntryNotFoundError",
-         "OfflineModeIsEnabled")
+def answer_stream():
+    """The stream the answer goes to - the real stdout; from here on, anything else written to stdout (by
+    huggingface_hub, or a print in it) goes to stderr, so that the answer stays the last stdout line."""
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return answers
 
 
 def one_line(exc):
@@ -83,7 +93,7 @@ def describe(exc):
                 fatal=bool(fatal))
 
 
-def main(question):
+def answer(question):
     try:
         import huggingface_hub
         from huggingface_hub import HfApi, snapshot_download
@@ -125,6 +135,17 @@ def main(question):
         return dict(error=describe(exc))
 
 
-ANSWER.write(json.dumps(main(QUESTION)) + "\n")
-ANSWER.flush()
-'''
+def main(argv=None):
+    """The child's run: answer the question of the file argv[1] names (the one BOOTSTRAP ran this from)."""
+    # Nothing is imported from the working directory (python -c puts it first on sys.path).
+    sys.path[:] = [p for p in sys.path if p not in ("", ".")]
+    die_with_parent()
+    answers = answer_stream()
+    with open((sys.argv if argv is None else argv)[1]) as handle:
+        question = json.load(handle)["question"]
+    answers.write(json.dumps(answer(question)) + "\n")
+    answers.flush()
+
+
+if __name__ == "__main__":
+    main()

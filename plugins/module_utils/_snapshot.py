@@ -548,6 +548,15 @@ def progress_line(record):
 #   absent:      the file asked for does not exist there (exit 23, "No such file or directory");
 #   other:       anything else (an interrupted transfer...).
 RSYNC_KINDS = ("busy", "refused", "unreachable", "absent", "other")
+# rsync exit codes another attempt cannot fix: usage, protocol/module errors, file selection. Exit 5 is fatal only
+# when the peer refused this host (its hosts allow); "max connections reached" is retried (see rsync_kind).
+RSYNC_FATAL = {1: "syntax or usage error", 2: "protocol incompatibility", 3: "errors selecting input/output files",
+               4: "requested action not supported", 5: "error starting the client-server protocol"}
+RSYNC_KIND_TEXT = dict(
+    busy="the peer is at its connection limit",
+    refused="the peer refused this host: its vllm_weights_peer_networks (rsyncd hosts allow) does not include this "
+            "host's address, or it serves no module of that name",
+    unreachable="the peer cannot be reached", absent="the peer does not have it", other="transfer interrupted")
 
 
 def rsync_kind(rc, stderr):
@@ -563,3 +572,14 @@ def rsync_kind(rc, stderr):
     if rc == 23 and "No such file or directory" in text:
         return "absent"
     return "other"
+
+
+def rsync_error(rc, stderr, peer):
+    """The error of an rsync from ``peer`` that exited with ``rc`` (not 0): its kind, whether another attempt can
+    help (fatal), and one line saying what it means, ending with what rsync said."""
+    message = " ".join(stderr.split())[-800:] or "(no output)"
+    kind = rsync_kind(rc, stderr)
+    meaning = RSYNC_KIND_TEXT[kind] if kind != "other" else RSYNC_FATAL.get(rc, RSYNC_KIND_TEXT[kind])
+    return dict(type="rsync", status=rc, retry_after=None, kind=kind,
+                fatal=kind == "refused" or (rc in RSYNC_FATAL and kind == "other"),
+                message="rsync from %s exited with code %s (%s): %s" % (peer, rc, meaning, message))

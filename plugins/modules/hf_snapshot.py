@@ -353,75 +353,32 @@ msg:
   type: str
 """
 
-import errno
-import fcntl
-import json
 import os
-import random
-import tempfile
 import threading
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.text.converters import to_native, to_text
+from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.fleet.vllm.plugins.module_utils._hf_snapshot_payload import BOOTSTRAP, PAYLOAD
 from ansible_collections.fleet.vllm.plugins.module_utils import _snapshot as snap
-from ansible_collections.fleet.vllm.plugins.module_utils._credentials import mask_all, secrets_in
+from ansible_collections.fleet.vllm.plugins.module_utils._child_transport import MAX_DELAY, ChildTransport, StallWatchdog, backoff
+from ansible_collections.fleet.vllm.plugins.module_utils._credentials import secrets_in
+from ansible_collections.fleet.vllm.plugins.module_utils._peer_copy import PeerCopy
+from ansible_collections.fleet.vllm.plugins.module_utils._snapshot_run import Failure, SnapshotRun
+from ansible_collections.fleet.vllm.plugins.module_utils._snapshot_state import SnapshotState, bad_files
 
 REPO_ID_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_."
-MAX_DELAY = 300.0
-POLL_SECONDS = 1.0
-RATE_WINDOW = 30.0
-# Options whose role variable is not <prefix><option>.
-VARIABLE_NAMES = dict(token="hf_token", repo_id="repo")
-# rsync exit codes another attempt cannot fix: usage, protocol/module errors, file selection. Exit 5 is fatal only
-# when the peer refused this host (its hosts allow); "max connections reached" is retried (see _snapshot.rsync_kind).
-RSYNC_FATAL = {1: "syntax or usage error", 2: "protocol incompatibility", 3: "errors selecting input/output files",
-               4: "requested action not supported", 5: "error starting the client-server protocol"}
-RSYNC_KIND_TEXT = dict(
-    busy="the peer is at its connection limit",
-    refused="the peer refused this host: its vllm_weights_peer_networks (rsyncd hosts allow) does not include this "
-            "host's address, or it serves no module of that name",
-    unreachable="the peer cannot be reached", absent="the peer does not have it", other="transfer interrupted")
-# Longest wait between two rounds of asking busy peers.
-MAX_PEER_DELAY = 60.0
-# How often a run waiting for a running download of the same commit tries the lock again.
-LOCK_POLL_SECONDS = 2.0
-# Files hashed at once (hashlib releases the GIL: two cores hash two files at twice the speed).
-HASH_WORKERS = max(1, min(4, os.cpu_count() or 1))
-# Where files whose content differs from the hub's listing are moved (never served, never copied to a peer).
-REJECTED_DIR = ".fleet-vllm-rejected"
 
 
-class Failure(Exception):
-    pass
+class HfSnapshot(SnapshotRun):
+    """The steps of a run: the options checked, the revision listed, the snapshot checked, then downloaded or copied
+    (with the children of self.child, the candidates of self.peers, the files of self.disk) and checked again."""
 
-
-class HfSnapshot(object):
     def __init__(self, module):
-        self.module = module
-        self.params = module.params
-        self.dest = os.path.abspath(self.params["dest"])
-        self.result = dict(changed=False, revision=self.params["revision"], requests=0, msg="")
-        self.progress_state = {}
-        self.progress_lock = threading.Lock()
-        self.xet_disabled = self.params["disable_xet"]
-        # Peers: the candidates in order, the one copying now (None: the hub), what each answered, time waited.
-        self.peers = [url.rstrip("/") for url in self.params["peer"] or []]
-        self.peer = None
-        self.peer_files = None
-        self.peer_problems = []
-        self.peer_waited = 0.0
-        self.result.update(peer_used=None, peer_problems=self.peer_problems)
-        # Files hashed while the download ran (hash_arrivals).
-        self.arrived = {}
-
-    # ---- helpers -------------------------------------------------------------------------
-
-    def name(self, option):
-        prefix = self.params["variable_prefix"]
-        return prefix + VARIABLE_NAMES.get(option, option) if prefix else option
+        super(HfSnapshot, self).__init__(module)
+        self.child = ChildTransport(self)
+        self.peers = PeerCopy(self, self.child)
+        self.disk = SnapshotState(self)
 
     def check_params(self):
         p = self.params
@@ -452,191 +409,6 @@ class HfSnapshot(object):
             problems.append("%s is %s: set it to 0 or more" % (self.name("retry_delay"), p["retry_delay"]))
         if problems:
             raise Failure("; ".join(problems))
-
-    def python(self):
-        python = self.params["python"]
-        if not python:
-            import sys
-            return sys.executable
-        if not os.path.isfile(python) or not os.access(python, os.X_OK):
-            raise Failure("%s %s is not an executable file: set it to the Python that has huggingface_hub (the "
-                          "fleet.vllm.vllm_weights role installs one)" % (self.name("python"), python))
-        return python
-
-    def environment(self):
-        """Sets the children's environment in this (the module's) process, which run_command passes on: the hub,
-        the timeouts, no telemetry, the token only when given, and none inherited."""
-        env = os.environ
-        for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "HF_HUB_DISABLE_XET", "HF_HUB_ENABLE_HF_TRANSFER",
-                     "HF_HUB_DISABLE_IMPLICIT_TOKEN"):
-            env.pop(name, None)
-        env.update(
-            HF_ENDPOINT=self.params["endpoint"].rstrip("/"),
-            HF_HOME=os.path.join(self.dest, ".hf-home"),
-            HF_HUB_DISABLE_TELEMETRY="1",
-            HF_HUB_DISABLE_PROGRESS_BARS="1",
-            HF_HUB_DISABLE_SYMLINKS_WARNING="1",
-            HF_HUB_ETAG_TIMEOUT=str(self.params["request_timeout"]),
-            HF_HUB_DOWNLOAD_TIMEOUT=str(self.params["request_timeout"]),
-            HF_XET_CHUNK_CACHE_SIZE_BYTES="0",
-            PYTHONIOENCODING="utf-8",
-            PYTHONDONTWRITEBYTECODE="1",
-            LC_ALL="C",
-        )
-        if self.params["token"]:
-            env["HF_TOKEN"] = self.params["token"]
-        else:
-            env["HF_HUB_DISABLE_IMPLICIT_TOKEN"] = "1"
-        if self.xet_disabled:
-            env["HF_HUB_DISABLE_XET"] = "1"
-
-    def run_child(self, question, tag, watchdog=None):
-        """Runs the child for one question - huggingface_hub, or rsync for a copy from a peer - and returns its answer.
-        watchdog(process, stop) runs in a thread while the child runs, and may kill it."""
-        if question["op"] == "rsync":
-            argv, what = list(question["argv"]), "rsync"
-            # The payload ends itself with the module (see _hf_snapshot_payload); rsync through setpriv.
-            setpriv = self.module.get_bin_path("setpriv")
-            if setpriv:
-                argv = [setpriv, "--pdeathsig", "TERM", "--"] + argv
-        else:
-            question_file = os.path.join(self.module.tmpdir, "hf-snapshot-%s.json" % tag)
-            with open(question_file, "w") as handle:
-                json.dump(dict(payload=PAYLOAD, question=question), handle)
-            argv, what = [self.python(), "-c", BOOTSTRAP, question_file], "%s %s" % (self.name("python"), self.python())
-            self.result["requests"] += 1
-        self.environment()
-        stop = threading.Event()
-        threads = []
-
-        def started(process):
-            if watchdog is not None:
-                thread = threading.Thread(target=watchdog, args=(process, stop))
-                thread.daemon = True
-                thread.start()
-                threads.append(thread)
-
-        try:
-            rc, out, err = self.module.run_command(argv, cwd="/", expand_user_and_vars=False, errors="surrogate_or_replace",
-                                                   before_communicate_callback=started, handle_exceptions=False)
-        except OSError as exc:
-            raise Failure("cannot run %s: %s" % (what, exc.strerror or exc))
-        finally:
-            stop.set()
-            for thread in threads:
-                thread.join(30)
-        return self.answer_of(rc, out, err, rsync=question["op"] == "rsync", peer=question.get("peer"))
-
-    def rsync_argv(self, commit, *paths):
-        rsync = self.module.get_bin_path("rsync")
-        if not rsync:
-            raise Failure("rsync is not installed on this host; it copies the snapshot from %s (install the rsync package)"
-                          % self.name("peer"))
-        return [rsync, "--recursive", "--times", "--chmod=D0755,F0644", "--partial-dir=.cache/rsync-partial",
-                "--contimeout=30", "--timeout=%d" % self.params["stall_timeout"]] + list(paths)
-
-    def peer_url(self, commit, path="", peer=None):
-        return "%s/%s/%s" % (peer or self.peer, commit, path)
-
-    def rsync_error(self, rc, stderr, peer=None):
-        message = " ".join(stderr.split())[-800:] or "(no output)"
-        kind = snap.rsync_kind(rc, stderr)
-        meaning = RSYNC_KIND_TEXT[kind] if kind != "other" else RSYNC_FATAL.get(rc, RSYNC_KIND_TEXT[kind])
-        return dict(type="rsync", status=rc, retry_after=None, kind=kind,
-                    fatal=kind == "refused" or (rc in RSYNC_FATAL and kind == "other"),
-                    message="rsync from %s exited with code %s (%s): %s" % (peer or self.peer, rc, meaning, message))
-
-    def answer_of(self, rc, stdout, stderr, rsync=False, peer=None):
-        stdout = to_text(stdout or "", errors="surrogate_or_replace")
-        stderr = to_text(stderr or "", errors="surrogate_or_replace").strip()
-        if rsync:
-            return {} if rc == 0 else dict(error=self.rsync_error(rc, stderr, peer))
-        lines = [line for line in stdout.splitlines() if line.strip()]
-        try:
-            answer = json.loads(lines[-1]) if lines else None
-        except ValueError:
-            answer = None
-        if not isinstance(answer, dict):
-            tail = stderr[-1500:] or "(no output)"
-            answer = dict(error=dict(type="ChildFailed", status=None, retry_after=None, fatal=rc in (126, 127),
-                                     message="%s exited with code %s without an answer: %s" % (self.python(), rc, tail)))
-        return answer
-
-    def ask(self, question, tag):
-        return self.run_child(question, tag)
-
-    def explain(self, error):
-        """A failure of the hub, as one line naming the variable to set."""
-        p = self.params
-        kind, status, message = error.get("type"), error.get("status"), error.get("message", "")
-        if kind == "rsync":
-            return message
-        where = "%s at %s" % (p["repo_id"], p["endpoint"])
-        if kind == "RepositoryNotFoundError":
-            return ("repository %s not found (HTTP %s): check %s; a private repository also needs %s"
-                    % (where, status, self.name("repo_id"), self.name("token")))
-        if kind == "GatedRepoError" or status in (401, 403):
-            if p["token"]:
-                return ("the hub refused the token for %s (HTTP %s): %s. Check that %s belongs to an account that has "
-                        "accepted the model's terms on its page" % (where, status, message, self.name("token")))
-            return ("%s is gated or private and no token was given (HTTP %s): set %s to a token of an account that has "
-                    "accepted the model's terms (keep it in a vault)" % (where, status, self.name("token")))
-        if kind == "RevisionNotFoundError":
-            return "revision %r does not exist in %s: check %s (%s)" % (p["revision"], where, self.name("revision"), message)
-        if status == 404:
-            return ("repository %s not found (%s): check %s, and %s for a private repository"
-                    % (where, message, self.name("repo_id"), self.name("token")))
-        if kind == "ImportError":
-            return "%s; set %s to the Python that has huggingface_hub" % (message, self.name("python"))
-        if status is None and ("connect" in message.lower() or "resolve" in message.lower()
-                               or kind in ("ConnectError", "ConnectTimeout", "LocalEntryNotFoundError")):
-            return "cannot reach %s (%s: %s): check %s and that the hub or mirror is up" % (
-                p["endpoint"], kind, message, self.name("endpoint"))
-        return "%s%s: %s" % (kind, " (HTTP %s)" % status if status else "", message)
-
-    @staticmethod
-    def backoff(delay, error):
-        """Seconds to wait before the next attempt: the delay, or the hub's Retry-After when longer."""
-        wait = delay
-        try:
-            wait = max(wait, float(error.get("retry_after") or 0))
-        except (TypeError, ValueError):
-            pass
-        return min(wait, MAX_DELAY)
-
-    # ---- progress ------------------------------------------------------------------------
-
-    def write_progress(self, **fields):
-        """Rewrite the progress record. Called from several threads at once (the hashing workers'
-        progress callback, the watchdog, the main loop): one writer at a time, each through a
-        temporary file of its own - with one name per process, a second writer truncated the
-        first one's file and found it renamed away ("[Errno 2] No such file or directory")."""
-        path = self.params["progress_file"]
-        with self.progress_lock:
-            self.progress_state.update(fields, updated=time.time())
-            self.progress_state["line"] = snap.progress_line(self.progress_state)
-            if not path or self.module.check_mode:
-                return
-            directory = os.path.dirname(path) or "/"
-            tmp = None
-            try:
-                if not os.path.isdir(directory):
-                    os.makedirs(directory, 0o755)
-                fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), suffix=".tmp", dir=directory)
-                # The record is world-readable (whatever the umask): an endpoint's credentials stay out of it.
-                os.fchmod(fd, 0o644)
-                with os.fdopen(fd, "w") as handle:
-                    json.dump(mask_all(self.progress_state), handle, sort_keys=True)
-                os.rename(tmp, path)
-            except (IOError, OSError) as exc:
-                if tmp is not None:
-                    try:
-                        os.unlink(tmp)
-                    except OSError:
-                        pass
-                self.module.warn("cannot write the progress record %s: %s" % (path, exc))
-
-    # ---- the steps -----------------------------------------------------------------------
 
     def listing(self):
         """(commit, files, manifest, trusted): the files of the revision and whether their digests come from the hub.
@@ -688,14 +460,14 @@ class HfSnapshot(object):
                         allow_patterns=p["allow_patterns"], ignore_patterns=p["ignore_patterns"])
         delay = float(p["retry_delay"])
         for attempt in range(p["retries"] + 1):
-            answer = self.ask(question, "resolve-%d" % attempt)
+            answer = self.child.run_child(question, "resolve-%d" % attempt)
             error = answer.get("error")
             if not error or error.get("fatal") or attempt == p["retries"]:
                 break
-            time.sleep(self.backoff(delay, error))
+            time.sleep(backoff(delay, error))
             delay = min(delay * 2 if delay else 1.0, MAX_DELAY)
         if "error" in answer:
-            raise Failure("cannot list %s: %s" % (p["repo_id"], self.explain(answer["error"])))
+            raise Failure("cannot list %s: %s" % (p["repo_id"], self.child.explain(answer["error"])))
         commit = answer.get("commit")
         if not snap.is_commit_sha(commit or ""):
             raise Failure("the hub at %s answered no commit sha for %s at %s (got %r)" % (p["endpoint"], p["repo_id"], revision, commit))
@@ -713,271 +485,34 @@ class HfSnapshot(object):
                 manifest = None
         return commit, files, manifest, True
 
-    def peer_manifest(self, commit, peer):
-        """(files, None) from the peer's manifest (it completed and verified the snapshot), or (None, error)."""
-        target = os.path.join(self.module.tmpdir, "peer-%d" % len(os.listdir(self.module.tmpdir)))
-        os.mkdir(target)
-        answer = self.run_child(dict(op="rsync", peer=peer, argv=self.rsync_argv(
-            commit, self.peer_url(commit, snap.MANIFEST_NAME, peer), target + "/")), "peer-manifest")
-        if "error" in answer:
-            return None, answer["error"]
-        try:
-            manifest = snap.read_manifest(target)
-        except snap.SnapshotError as exc:
-            return None, dict(kind="refused", message="the peer %s: %s" % (peer, exc))
-        if manifest is None or manifest.get("repo_id") != self.params["repo_id"] or manifest.get("commit") != commit:
-            return None, dict(kind="refused", message="the peer %s has no manifest of %s at %s" % (
-                peer, self.params["repo_id"], commit))
-        return manifest["files"], None
-
-    def note_peer(self, line):
-        if line not in self.peer_problems:
-            self.peer_problems.append(line)
-
-    def find_peer(self, commit, last=None):
-        """Picks the first candidate that has the complete snapshot and a free slot, in the candidates' order (last
-        tried last). Busy candidates are asked again after a backoff, the snapshot's absence too while any candidate is
-        busy (a host that finishes its copy serves the next ones); the others are left out. Sets self.peer and
-        self.peer_files and returns True, or returns False when no candidate will serve (self.peer_problems says why).
-        Fails when busy candidates made it wait more than peer_wait seconds in all."""
-        p = self.params
-        delay = max(float(p["retry_delay"]), 1.0)
-        while True:
-            order = [url for url in self.peers if url != last] + [url for url in self.peers if url == last]
-            busy, absent = [], []
-            for url in order:
-                files, error = self.peer_manifest(commit, url)
-                if error is None:
-                    self.peer, self.peer_files = url, files
-                    return True
-                kind = error.get("kind")
-                if kind == "busy":
-                    busy.append(url)
-                elif kind == "absent":
-                    absent.append(url)
-                else:
-                    self.peers.remove(url)
-                self.note_peer("%s: %s" % (url, error["message"] if kind != "absent" else
-                                           "no complete snapshot of %s at %s there (no manifest) yet" % (p["repo_id"], commit)))
-            if not busy:
-                self.peers = [url for url in self.peers if url not in absent]
-                return False
-            if self.peer_waited + delay > p["peer_wait"]:
-                raise Failure("every peer that may have %s at %s stayed busy (at its connection limit) for %d s "
-                              "(%s): re-run later, raise %s, or let the peers take more copies at once "
-                              "(vllm_weights_peer_max_connections). %s" % (
-                                  p["repo_id"], commit, int(self.peer_waited), self.name("peer_wait"), ", ".join(busy),
-                                  " | ".join(self.peer_problems[-4:])))
-            # Jittered, so that copiers turned away together do not all come back together.
-            wait = delay * random.uniform(0.5, 1.0)
-            self.write_progress(state="running", message="%d peer(s) busy (%s), asking again in %ds" % (
-                len(busy), ", ".join(busy[:3]), wait))
-            time.sleep(wait)
-            self.peer_waited += wait
-            delay = min(delay * 1.5, MAX_PEER_DELAY)
-            last = None
-
-    def leave_peers(self, commit):
-        """No candidate will serve: the hub when peer_fallback says so, else a failure naming each candidate's answer."""
-        p = self.params
-        reasons = " | ".join(self.peer_problems) or "no candidate"
-        if not p["peer_fallback"]:
-            raise Failure("no peer will serve %s at %s: %s. Does a peer have the complete snapshot? (a peer has it once a "
-                          "run completed it there); allow the hub with %s" % (
-                              p["repo_id"], commit, reasons, self.name("peer_fallback")))
-        self.peer, self.peer_files = None, None
-        self.module.warn("no peer will serve %s at %s, downloading it from %s instead: %s" % (
-            p["repo_id"], commit, p["endpoint"], reasons))
-
-    def lock(self, commit):
-        """The download lock of this commit on this host. When a download holds it - one that an interrupted run left
-        running in the background (a Ctrl-C on the controller, a failed play) - this run takes it over: it waits for
-        that download to end (its progress record is kept and goes on being written), then finishes what is left."""
-        path = os.path.join(self.dest, ".%s.lock" % commit)
-        handle = open(path, "a+")
-        started = time.time()
-        holder = None
-        while True:
-            try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except (IOError, OSError) as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
-            if holder is None:
-                handle.seek(0)
-                holder = handle.read().strip() or "another process"
-                self.module.warn("a download of %s at %s is already running on this host (%s holds %s), left by an "
-                                 "earlier run: taking it over - waiting for it to end, then finishing what it left"
-                                 % (self.params["repo_id"], commit, holder, path))
-            time.sleep(LOCK_POLL_SECONDS)
-        if holder is not None:
-            self.result["took_over"] = dict(holder=holder, waited_seconds=int(time.time() - started))
-        handle.seek(0)
-        handle.truncate()
-        handle.write("pid %d\n" % os.getpid())
-        handle.flush()
-        return handle
-
-    def remove(self, paths):
-        removed = []
-        for path in paths:
-            try:
-                os.unlink(path)
-                removed.append(path)
-            except OSError as exc:
-                if exc.errno != errno.ENOENT:
-                    raise Failure("cannot remove %s: %s" % (path, exc.strerror))
-        return removed
-
-    def bad_files(self, directory, state):
-        """Files to delete before (re)downloading: wrong size, with huggingface_hub's metadata (which would otherwise
-        make it keep them); of files whose content differs from the listing, the metadata only (reject() moves them)."""
-        result = []
-        for item in state["wrong_size"]:
-            result.append(os.path.join(directory, item["path"]))
-            result.append(snap.hf_metadata_path(directory, item["path"]))
-        for path in state["wrong_hash"]:
-            result.append(snap.hf_metadata_path(directory, path))
-        return result
-
-    def reject(self, commit, directory, paths):
-        """Moves files whose content differs from the hub's listing out of the snapshot, into
-        O(dest)/.fleet-vllm-rejected/<commit>/ (mode 0700: root only), so that they are neither served nor copied to a
-        peer, and are kept for a look. Returns where each went."""
-        moved = []
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        for rel in paths:
-            source = os.path.join(directory, rel)
-            target = os.path.join(self.dest, REJECTED_DIR, commit, "%s.%s" % (rel, stamp))
-            try:
-                parent = os.path.dirname(target)
-                if not os.path.isdir(parent):
-                    os.makedirs(parent, 0o700)
-                    os.chmod(os.path.join(self.dest, REJECTED_DIR), 0o700)
-                os.chmod(source, 0o600)
-                os.rename(source, target)
-            except OSError as exc:
-                if exc.errno == errno.ENOENT:
-                    continue
-                raise Failure("cannot move %s (its content differs from the hub's listing) out of the snapshot: %s; "
-                              "remove it by hand" % (source, exc.strerror))
-            moved.append(target)
-        self.result.setdefault("rejected", []).extend(moved)
-        return moved
-
-    def read_record(self, commit, directory):
-        record = snap.read_record(self.params["verified_record"])
-        if record.get("repo_id") != self.params["repo_id"] or record.get("commit") != commit or \
-                record.get("directory") != directory:
-            return {}
-        return record.get("files") or {}
-
-    def verify(self, commit, directory, files, state, trusted, record, hash_files=True, fresh=False):
-        """Adds the digest check to snap.check()'s state: wrong_digest / wrong_hash (content differs from the hub's
-        listing), unverified (not hashed: a listing without the hub's digests, or hash_files false and no record of
-        the file). Files the verified record shows unchanged since they matched are not read again."""
-        p = self.params
-        state.update(wrong_digest=[], unverified=[], verified={}, hashed_bytes=0)
-        needed = p["verified_record"] is not None or p["state"] != "queried"
-        if not needed:
-            return state
-        if not trusted:
-            state["unverified"] = [item["path"] for item in files if item["path"] not in state["missing"]
-                                   and item["path"] not in [bad["path"] for bad in state["wrong_size"]]]
-        else:
-            if hash_files:
-                def progress(done):
-                    self.write_progress(state="running", message="checking the files against the hub's listing: %s "
-                                        "hashed" % snap.human_bytes(done))
-                # deep: every file is read once in this run, not once more after a download (fresh: hashed in this run).
-                found = snap.verify_digests(directory, files, record, deep=p["deep"] and not fresh, workers=HASH_WORKERS,
-                                            progress=progress)
-            else:
-                # A query reads no byte: what the record shows unchanged is verified, the rest is not known yet.
-                found = dict(verified=snap.recorded(directory, files, record), wrong_digest=[], hashed_bytes=0)
-                sizes_ok = set(item["path"] for item in files) - set(state["missing"]) - set(
-                    bad["path"] for bad in state["wrong_size"])
-                state["unverified"] = sorted(sizes_ok - set(found["verified"]))
-            state["verified"] = found["verified"]
-            state["wrong_digest"] = found["wrong_digest"]
-            state["hashed_bytes"] = found["hashed_bytes"]
-            sizes = dict((item["path"], item["size"]) for item in files)
-            for bad in found["wrong_digest"]:
-                state["wrong_hash"].append(bad["path"])
-                state["missing_bytes"] += sizes[bad["path"]]
-                state["present_bytes"] -= sizes[bad["path"]]
-        state["complete"] = state["complete"] and not (state["wrong_hash"] or state["unverified"])
-        return state
-
-    def save_record(self, commit, directory, state, record):
-        path = self.params["verified_record"]
-        if not path or self.module.check_mode or state["verified"] == record:
-            return
-        try:
-            snap.write_record(path, self.params["repo_id"], commit, directory, state["verified"])
-        except (IOError, OSError) as exc:
-            raise Failure("cannot write the verified record %s: %s; check %s" % (path, exc.strerror or exc,
-                                                                                 self.name("verified_record")))
-
     def download(self, commit, files, directory, state, record):
         p = self.params
         total, missing_bytes = state["total_bytes"], state["missing_bytes"]
-        self.arrived = dict(record)
-        removed = self.remove(snap.incomplete_files(directory))
-        self.reject(commit, directory, state["wrong_hash"])
-        removed += self.remove(self.bad_files(directory, state))
+        self.disk.arrived = dict(record)
+        removed = self.disk.remove(snap.incomplete_files(directory))
+        self.disk.reject(commit, directory, state["wrong_hash"])
+        removed += self.disk.remove(bad_files(directory, state))
         start_bytes = snap.bytes_on_disk(directory)
         attempt, delay = 0, float(p["retry_delay"])
         history = []
         while True:
             attempt += 1
             self.write_progress(state="running", bytes_done=start_bytes, bytes_total=total, attempt=attempt,
-                                transport="http" if self.xet_disabled else "auto", rate_bytes_per_second=None,
+                                transport="http" if self.child.xet_disabled else "auto", rate_bytes_per_second=None,
                                 message="")
             error = self.one_attempt(commit, files, directory, attempt, total)
-            if error is not None and self.peer and error.get("kind") in ("busy", "refused", "unreachable", "absent"):
-                # Not the transfer failing: this peer will not serve now. Another candidate, or this one after a
-                # backoff when it is busy; the hub when none will serve and peer_fallback allows it.
+            if self.peers.turned_away(commit, error):
+                # Not the transfer failing: this peer will not serve now, and another source does.
                 attempt -= 1
-                self.note_peer("%s: %s" % (self.peer, error["message"]))
-                last = self.peer
-                if error["kind"] == "busy":
-                    wait = max(float(p["retry_delay"]), 1.0)
-                    if self.peer_waited + wait > p["peer_wait"]:
-                        raise Failure("%s stayed busy: %s. Re-run later or raise %s" % (
-                            self.peer, error["message"], self.name("peer_wait")))
-                    time.sleep(wait)
-                    self.peer_waited += wait
-                else:
-                    self.peers.remove(self.peer)
-                if not self.find_peer(commit, last=last):
-                    self.leave_peers(commit)
                 continue
             if error is not None and snap.is_disk_full(error.get("message")):
-                removed += self.remove(snap.incomplete_files(directory))
-                after = snap.check(directory, files)
-                removed += self.remove(self.bad_files(directory, dict(after, wrong_hash=[])))
-                removed += self.remove(snap.partial_files(directory))
-                self.result["removed"] = removed
-                free, where = snap.free_bytes(directory)
-                short = after["missing_bytes"] + after["missing_bytes"] * p["disk_margin_percent"] // 100 - free
-                message = ("the disk filled up while fetching %s at %s into %s: %s. %s still missing, %s free on %s. The "
-                           "partial and wrong-sized files were removed (%s); the complete files are kept. Free %s there "
-                           "(or point %s at a larger filesystem) and re-run: it fetches only what is missing"
-                           % (p["repo_id"], commit, directory, self.explain(error),
-                              snap.human_bytes(after["missing_bytes"]), snap.human_bytes(free), where,
-                              ", ".join(removed[:6]) or "none",
-                              "at least %s" % snap.human_bytes(short) if short > 0 else "space (something else filled it)",
-                              self.name("dest")))
-                self.write_progress(state="failed", message=message)
-                raise Failure(message)
+                self.disk.disk_full(commit, directory, files, removed, self.child.explain(error))
             if error is None:
                 state = snap.check(directory, files)
                 if state["wrong_size"]:
                     # The listing and what the hub (or the peer) sends disagree: another attempt fetches the same bytes.
-                    source = self.peer or p["endpoint"]
-                    removed += self.remove(self.bad_files(directory, dict(state, wrong_hash=[])))
+                    source = self.peers.peer or p["endpoint"]
+                    removed += self.disk.remove(bad_files(directory, dict(state, wrong_hash=[])))
                     self.result["removed"] = removed
                     raise Failure("%s at %s: %s from %s, which another attempt cannot change: %s. They were removed. "
                                   "Check that %s serves the commit its listing describes (a mirror with a stale or "
@@ -988,12 +523,12 @@ class HfSnapshot(object):
                                       source, "; ".join("%s: the listing says %d bytes, %s arrived" % (
                                           item["path"], item["expected"], "no file" if item["size"] is None
                                           else "%d bytes" % item["size"]) for item in state["wrong_size"][:5]),
-                                      self.name("peer") if self.peer else self.name("endpoint"), directory))
-                state = self.verify(commit, directory, files, state, True, dict(record, **self.arrived), fresh=True)
+                                      self.name("peer") if self.peers.peer else self.name("endpoint"), directory))
+                state = self.disk.verify(directory, files, state, True, dict(record, **self.disk.arrived), fresh=True)
                 if state["wrong_digest"]:
-                    source = "the peer %s" % self.peer if self.peer else p["endpoint"]
-                    moved = self.reject(commit, directory, state["wrong_hash"])
-                    self.remove(self.bad_files(directory, dict(state, wrong_size=[])))
+                    source = "the peer %s" % self.peers.peer if self.peers.peer else p["endpoint"]
+                    moved = self.disk.reject(commit, directory, state["wrong_hash"])
+                    self.disk.remove(bad_files(directory, dict(state, wrong_size=[])))
                     self.write_progress(state="failed", message="content differs from the hub's listing")
                     raise Failure("%s at %s: %s sent %d file(s) whose content differs from the hub's listing of the "
                                   "commit: %s. They were moved out of the snapshot (%s) and are not served. %s" % (
@@ -1002,109 +537,54 @@ class HfSnapshot(object):
                                                                              item["expected"])
                                           for item in state["wrong_digest"][:5]), ", ".join(moved[:5]),
                                       "Repair or take that peer out of %s (its copy is damaged or altered), then re-run"
-                                      % "vllm_weights_peer_group" if self.peer else
+                                      % "vllm_weights_peer_group" if self.peers.peer else
                                       "Check the mirror %s (%s): it serves other bytes than its listing names" % (
                                           p["endpoint"], self.name("endpoint"))))
                 if state["complete"]:
                     break
                 error = dict(type="IncompleteSnapshot", status=None, retry_after=None, fatal=False,
                              message="huggingface_hub finished, but %s" % snap.describe_problems(state))
-            history.append("attempt %d: %s" % (attempt, self.explain(error)))
+            history.append("attempt %d: %s" % (attempt, self.child.explain(error)))
             if error.get("fatal") or attempt > p["retries"]:
-                removed += self.remove(snap.incomplete_files(directory))
+                removed += self.disk.remove(snap.incomplete_files(directory))
                 self.write_progress(state="failed", message=history[-1])
                 self.result["removed"] = removed
                 if error.get("fatal"):
-                    raise Failure("cannot download %s: %s" % (p["repo_id"], self.explain(error)))
+                    raise Failure("cannot download %s: %s" % (p["repo_id"], self.child.explain(error)))
                 raise Failure("%s at %s is still incomplete after %d attempt(s) - %s. Re-run to resume (complete files are kept)"
                               % (p["repo_id"], commit, attempt, " | ".join(history[-3:])))
-            wait = self.backoff(delay, error)
+            wait = backoff(delay, error)
             self.write_progress(state="running", message="%s; retrying in %ds" % (history[-1], wait))
             time.sleep(wait)
             delay = min(delay * 2 if delay else 1.0, MAX_DELAY)
-            removed += self.remove(snap.incomplete_files(directory))
+            removed += self.disk.remove(snap.incomplete_files(directory))
         self.result.update(attempts=attempt, removed=removed, downloaded_bytes=missing_bytes, retries_log=history)
         self.write_progress(state="done", bytes_done=total, message="complete")
         return state
 
-    def hash_arrivals(self, directory, files, stop):
-        """While a download or copy runs, hashes the files that have arrived whole - at their final path with the
-        listing's size (huggingface_hub and rsync write elsewhere and rename) - so that little is left to hash when it
-        ends. Matches go into self.arrived (path -> {key, digest}); verify() reads a file again only when its key
-        (size, mtime, inode, device) changed since, and reads every mismatch again itself."""
-        pending = [item for item in files if snap.expected_digest(item) and item["path"] not in self.arrived]
-        while pending and not stop.is_set():
-            progressed = False
-            for item in list(pending):
-                if stop.is_set():
-                    return
-                before = snap.whole_file(directory, item)
-                if before is None:
-                    continue
-                expected = snap.expected_digest(item)
-                try:
-                    actual, after = snap.hash_listed(os.path.join(directory, item["path"]), expected, item["size"])
-                except (IOError, OSError):
-                    continue
-                if actual == expected and after == snap.file_key(before):
-                    self.arrived[item["path"]] = dict(key=after, digest=expected)
-                pending.remove(item)
-                progressed = True
-            if not progressed:
-                stop.wait(POLL_SECONDS)
-
     def one_attempt(self, commit, files, directory, attempt, total):
         """Runs one download process under the stall watchdog. None on success, else an error dict."""
         p = self.params
-        if self.peer:
-            question = dict(op="rsync", peer=self.peer, argv=self.rsync_argv(
-                commit, "--exclude=/.cache/", "--exclude=/%s" % snap.MANIFEST_NAME, self.peer_url(commit), directory + "/"))
+        if self.peers.peer:
+            question = self.peers.question(commit, directory)
         else:
             question = dict(op="download", repo_id=p["repo_id"], revision=commit, local_dir=directory,
                             allow_patterns=p["allow_patterns"], ignore_patterns=p["ignore_patterns"],
                             max_workers=p["max_workers"])
-        stalled = []
-
-        def watchdog(process, stop):
-            last_bytes = snap.bytes_on_disk(directory)
-            last_change = last_report = time.time()
-            samples = [(last_change, last_bytes)]
-            while not stop.wait(POLL_SECONDS):
-                now = time.time()
-                current = snap.bytes_on_disk(directory)
-                if current != last_bytes:
-                    last_bytes, last_change = current, now
-                samples.append((now, current))
-                while len(samples) > 2 and samples[1][0] < now - RATE_WINDOW:
-                    samples.pop(0)
-                if now - last_report >= p["progress_interval"]:
-                    span = samples[-1][0] - samples[0][0]
-                    rate = (samples[-1][1] - samples[0][1]) / span if span > 0 else None
-                    self.write_progress(bytes_done=min(current, total),
-                                        rate_bytes_per_second=rate if rate and rate > 0 else None,
-                                        eta_seconds=int((total - current) / rate) if rate and rate > 0 else None)
-                    last_report = now
-                if now - last_change >= p["stall_timeout"]:
-                    stalled.append(now)
-                    try:
-                        process.kill()
-                    except OSError:
-                        pass
-                    return
-
+        watchdog = StallWatchdog(self, directory, total)
         hashing = threading.Event()
-        hasher = threading.Thread(target=self.hash_arrivals, args=(directory, files, hashing))
+        hasher = threading.Thread(target=self.disk.hash_arrivals, args=(directory, files, hashing))
         hasher.daemon = True
         hasher.start()
         try:
-            answer = self.run_child(question, "download-%d" % attempt, watchdog=watchdog)
+            answer = self.child.run_child(question, "download-%d" % attempt, watchdog=watchdog)
         finally:
             hashing.set()
             hasher.join()
-        if stalled:
-            fallback = not self.xet_disabled and not self.peer
+        if watchdog.stalled:
+            fallback = not self.child.xet_disabled and not self.peers.peer
             if fallback:
-                self.xet_disabled = True
+                self.child.xet_disabled = True
                 self.result["xet_fallback"] = True
             return dict(type="Stall", status=None, retry_after=None, fatal=False,
                         message="no byte written for %d s (stall_timeout); the download was killed%s" % (
@@ -1122,9 +602,9 @@ class HfSnapshot(object):
                                hashed_bytes=0, unverified=[], msg="no complete snapshot of %s at %s in %s (no manifest)"
                                % (p["repo_id"], commit, self.dest))
             return self.result
-        record = self.read_record(commit, directory)
+        record = self.disk.read_record(commit, directory)
         state = snap.check(directory, files)
-        state = self.verify(commit, directory, files, state, trusted, record, hash_files=p["state"] != "queried")
+        state = self.disk.verify(directory, files, state, trusted, record, hash_files=p["state"] != "queried")
         self.result.update(commit=commit, path=directory, files=len(files), total_bytes=state["total_bytes"],
                            downloaded_bytes=0, attempts=0, removed=[], xet_fallback=False,
                            hashed_bytes=state["hashed_bytes"], verified_files=len(state["verified"]),
@@ -1134,7 +614,7 @@ class HfSnapshot(object):
         self.result["complete"] = state["complete"]
         if state["complete"]:
             if p["state"] != "queried":
-                self.save_record(commit, directory, state, record)
+                self.disk.save_record(commit, directory, state, record)
             if p["state"] == "present" and (manifest is None or not snap.manifest_trusted(manifest)
                                             or manifest.get("files") != files):
                 if not self.module.check_mode:
@@ -1167,35 +647,29 @@ class HfSnapshot(object):
         if state["index_problems"] and not (state["missing"] or state["wrong_size"] or state["wrong_hash"]):
             raise Failure("%s at %s: every listed file is here, but %s; the repository itself is inconsistent"
                           % (p["repo_id"], commit, "; ".join(state["index_problems"])))
-        self.check_space(commit, directory, state)
+        self.disk.check_space(commit, directory, state)
         if self.module.check_mode:
             # From this module's own check of the files (sizes, digests): nothing on the host is touched, and no
             # request changes anything (huggingface_hub's dry run would create directories in the snapshot).
             sizes = dict((item["path"], item["size"]) for item in files)
             would = [dict(path=path, size=sizes[path], will_download=True) for path in missing]
             self.result.update(changed=True, would_download=would, msg="%s at %s: would %s %d file(s), %s%s" % (
-                p["repo_id"], commit[:12], "copy" if self.peers else "download", len(would),
+                p["repo_id"], commit[:12], "copy" if self.peers.candidates else "download", len(would),
                 snap.human_bytes(sum(item.get("size") or 0 for item in would)),
                 "; %d file(s) differ from the hub's listing and would be moved out of the snapshot" % len(
                     state["wrong_hash"]) if state["wrong_hash"] else ""))
             return self.result
         if not os.path.isdir(directory):
-            try:
-                for path in (self.dest, directory):
-                    if not os.path.isdir(path):
-                        os.makedirs(path, snap.DIR_MODE)
-                        os.chmod(path, snap.DIR_MODE)
-            except OSError as exc:
-                raise Failure("cannot create %s: %s; check %s" % (directory, exc.strerror, self.name("dest")))
-        handle = self.lock(commit)
+            self.disk.make_dirs(directory)
+        handle = self.disk.lock(commit)
         try:
             if "took_over" in self.result:
                 # The download this run waited for may have fetched everything: look again.
-                state = self.verify(commit, directory, files, snap.check(directory, files), True, record)
+                state = self.disk.verify(directory, files, snap.check(directory, files), True, record)
             record = dict(record, **state["verified"])
             if not state["complete"]:
-                if self.peers and self.peer is None and not self.find_peer(commit):
-                    self.leave_peers(commit)
+                if self.peers.candidates and self.peers.peer is None and not self.peers.find(commit):
+                    self.peers.leave(commit)
                 state = self.download(commit, files, directory, state, record)
             else:
                 self.write_progress(state="done", bytes_done=state["total_bytes"], bytes_total=state["total_bytes"],
@@ -1203,45 +677,20 @@ class HfSnapshot(object):
             snap.write_manifest(directory, snap.make_manifest(p["repo_id"], commit, files, p["revision"],
                                                               p["allow_patterns"], p["ignore_patterns"]))
             snap.fix_modes(directory, files)
-            self.save_record(commit, directory, state, {})
+            self.disk.save_record(commit, directory, state, {})
         finally:
             handle.close()
-        if self.peer:
-            origin = " from %s" % self.peer
-        elif p["peer"]:
-            origin = " from %s, as no peer would serve it (%s)" % (p["endpoint"], " | ".join(self.peer_problems))
-        else:
-            origin = ""
         took = self.result.get("took_over")
         before = ("took over the download %s left running by an earlier run: waited %d s for it to end; then " % (
             took["holder"], took["waited_seconds"])) if took else ""
-        self.result.update(changed=True, complete=True, peer_used=self.peer, hashed_bytes=state["hashed_bytes"],
+        self.result.update(changed=True, complete=True, peer_used=self.peers.peer, hashed_bytes=state["hashed_bytes"],
                            verified_files=len(state["verified"]), unverified=[],
                            msg="%s at %s: %s%s %s%s in %d attempt(s); complete, %d files, %s, every file as the hub's "
                                "listing says" % (
-                               p["repo_id"], commit[:12], before, "copied" if self.peer else "downloaded",
-                               snap.human_bytes(self.result["downloaded_bytes"]), origin,
+                               p["repo_id"], commit[:12], before, "copied" if self.peers.peer else "downloaded",
+                               snap.human_bytes(self.result["downloaded_bytes"]), self.peers.origin(),
                                self.result["attempts"], len(files), snap.human_bytes(state["total_bytes"])))
         return self.result
-
-    def check_space(self, commit, directory, state):
-        p = self.params
-        needed = state["missing_bytes"]
-        reclaim = 0
-        for path in snap.incomplete_files(directory) if os.path.isdir(directory) else []:
-            try:
-                reclaim += os.stat(path).st_size
-            except OSError:
-                pass
-        for item in state["wrong_size"]:
-            reclaim += item["size"] or 0
-        required = needed + needed * p["disk_margin_percent"] // 100
-        free, where = snap.free_bytes(directory)
-        if free + reclaim < required:
-            raise Failure("not enough disk space for %s at %s: %s missing + %d%% margin = %s needed, %s free on %s (%s). "
-                          "Free space there or point %s at a larger filesystem; nothing was downloaded"
-                          % (p["repo_id"], commit, snap.human_bytes(needed), p["disk_margin_percent"],
-                             snap.human_bytes(required), snap.human_bytes(free + reclaim), where, directory, self.name("dest")))
 
 
 def main():

@@ -413,3 +413,33 @@ def test_describe_problems_of_digests_in_full():
     assert describe_problems(result(complete=False, unverified=["u1", "u2"]), limit=2) == (
         "2 file(s) not verified against the hub's listing yet (u1, u2)")
     assert describe_problems(result(wrong_digest=[], unverified=[])) == ""
+
+
+@pytest.mark.parametrize("rc, stderr, kind, meaning, fatal", [
+    (5, "@ERROR: max connections (4) reached -- try again later", "busy", "the peer is at its connection limit", False),
+    (5, "@ERROR: Unknown module 'fleet-vllm-models'", "refused",
+     "the peer refused this host: its vllm_weights_peer_networks (rsyncd hosts allow) does not include this host's "
+     "address, or it serves no module of that name", True),
+    (10, "rsync: failed to connect to a: Connection refused (111)", "unreachable", "the peer cannot be reached", False),
+    (23, 'rsync: link_stat "/x" failed: No such file or directory (2)', "absent", "the peer does not have it", False),
+    (1, "rsync: syntax error", "other", "syntax or usage error", True),
+    (2, "x", "other", "protocol incompatibility", True),
+    (3, "x", "other", "errors selecting input/output files", True),
+    (4, "x", "other", "requested action not supported", True),
+    (5, "x", "other", "error starting the client-server protocol", True),
+    (12, "rsync error: error in rsync protocol data stream", "other", "transfer interrupted", False),
+    (30, "timeout in data send/receive", "other", "transfer interrupted", False),
+])
+def test_what_an_rsync_error_means(rc, stderr, kind, meaning, fatal):
+    assert _snapshot.rsync_error(rc, stderr, "rsync://a:8873/m/Kimi") == dict(
+        type="rsync", status=rc, retry_after=None, kind=kind, fatal=fatal,
+        message="rsync from rsync://a:8873/m/Kimi exited with code %s (%s): %s" % (rc, meaning, stderr))
+
+
+def test_an_rsync_error_says_the_end_of_what_rsync_said_on_one_line():
+    long = "a " * 500 + "b\n\t c"
+    message = _snapshot.rsync_error(12, long, "rsync://p/m")["message"]
+    assert message == "rsync from rsync://p/m exited with code 12 (transfer interrupted): %s" % (" ".join(long.split())[-800:])
+    assert message.endswith(" a b c") and len(message.split("): ", 1)[1]) == 800
+    assert _snapshot.rsync_error(20, " \n", "rsync://p/m")["message"] == (
+        "rsync from rsync://p/m exited with code 20 (transfer interrupted): (no output)")

@@ -543,44 +543,22 @@ def test_a_full_disk_fails_at_once_and_leaves_no_wrong_sized_file(run_module, hu
     assert len(gets) == len(set(gets)), gets
 
 
-def test_progress_record_from_many_threads_into_a_missing_directory(tmp_path):
-    """The hashing workers, the watchdog and the main loop all write the progress record. Written
-    as on a bare host's first deploy (its directory absent) from eight threads at once: the
-    directory is made, no write is lost to another's temporary file (a shared one per process
-    lost them: "[Errno 2] No such file or directory", measured by `make test-ee`), and the record
-    is whole JSON, world-readable, with no temporary file left."""
-    import threading  # pylint: disable=import-outside-toplevel
-
-    from ansible_collections.fleet.vllm.plugins.modules import hf_snapshot  # pylint: disable=import-outside-toplevel
-
-    class Module:  # what write_progress asks of AnsibleModule
-        check_mode = False
-
-        def __init__(self, params):
-            self.params = params
-            self.warnings = []
-
-        def warn(self, text):
-            self.warnings.append(text)
-
-    record = tmp_path / "state" / "weights" / "weights-org--model.progress.json"
-    module = Module(dict(dest=str(tmp_path / "pristine"), revision="main", disable_xet=False, peer=None,
-                         progress_file=str(record)))
-    writer = hf_snapshot.HfSnapshot(module)
-    old_umask = os.umask(0o077)
-    try:
-        def write(n):
-            for i in range(150):
-                writer.write_progress(state="running", bytes_done=n * 1000 + i, bytes_total=10 ** 6)
-
-        threads = [threading.Thread(target=write, args=(n,)) for n in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        os.umask(old_umask)
-    assert module.warnings == []
-    assert json.loads(record.read_text())["state"] == "running"
-    assert oct(record.stat().st_mode & 0o777) == "0o644"
-    assert sorted(p.name for p in record.parent.iterdir()) == [record.name]
+def test_through_ansible_the_payload_comes_from_the_ansiballz_zip(hub, repo_dir, tmp_path):
+    """As on a host: ansible runs the module from its AnsiballZ zip, its module_utils imported from the zip
+    (zipimport), so the payload the child runs is read from there (_hf_snapshot_payload.source()). Both
+    questions, the listing and the download, ran it."""
+    root = Path(__file__).resolve().parents[4]
+    dest = tmp_path / "pristine"
+    args = dict(repo_id=REPO, dest=str(dest), endpoint=hub.url, python=sys.executable, retry_delay=0.2)
+    env = dict(os.environ, ANSIBLE_CONFIG=str(root / "ansible.cfg"), ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+               ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_LOCALHOST_WARNING="false",
+               ANSIBLE_INVENTORY_UNPARSED_WARNING="false", ANSIBLE_KEEP_REMOTE_FILES="0")
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible"), "localhost", "-c", "local", "-i", "localhost,",
+                           "-e", "ansible_python_interpreter=%s" % sys.executable, "-m", "fleet.vllm.hf_snapshot",
+                           "-a", json.dumps(args)], cwd=str(tmp_path), env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    assert result["complete"] and result["changed"] and result["requests"] == 2, result
+    assert result["commit"] == hub.commit and len(file_gets(hub)) == 10
+    same_files(repo_dir, result["path"])
