@@ -109,7 +109,7 @@ class PeerCopy(object):
                 raise Failure("every peer that may have %s at %s stayed busy (at its connection limit) for %d s "
                               "(%s): re-run later, raise %s, or let the peers take more copies at once "
                               "(vllm_weights_peer_max_connections). %s" % (
-                                  p["repo_id"], commit, int(self.waited), self.run.name("peer_wait"), ", ".join(busy),
+                                  p["repo_id"], commit, int(self.waited), ", ".join(busy), self.run.name("peer_wait"),
                                   " | ".join(self.problems[-4:])))
             # Jittered, so that copiers turned away together do not all come back together.
             wait = delay * random.uniform(0.5, 1.0)

@@ -216,16 +216,16 @@ def test_busy_longer_than_peer_wait_fails(tmp_path, clock, prefix, name):
     # 2 + 3 = 5 s waited; the next round (4.5 s) would pass peer_wait.
     assert clock == [2.0, 3.0] and copy.waited == 5.0
     assert str(caught.value) == (
-        "every peer that may have %s at %s stayed busy (at its connection limit) for 5 s (%s): re-run later, "
-        "raise %s, %s, or let the peers take more copies at once (vllm_weights_peer_max_connections). %s: max connections "
-        "(1) reached | %s: max connections (1) reached" % (REPO, COMMIT, name, A, B, A, B))
+        "every peer that may have %s at %s stayed busy (at its connection limit) for 5 s (%s, %s): re-run later, "
+        "raise %s, or let the peers take more copies at once (vllm_weights_peer_max_connections). %s: max connections "
+        "(1) reached | %s: max connections (1) reached" % (REPO, COMMIT, A, B, name, A, B))
 
 
 def test_peer_wait_zero_fails_at_the_first_busy_answer(tmp_path, clock):
     copy = peers(tmp_path, Child(**{A: [dict(error=error("busy"))]}), peer=(A,), peer_wait=0)
     with pytest.raises(Failure) as caught:
         copy.find(COMMIT)
-    assert clock == [] and "for 0 s (peer_wait): re-run later, raise %s," % A in str(caught.value)
+    assert clock == [] and "for 0 s (%s): re-run later, raise peer_wait," % A in str(caught.value)
     copy = peers(tmp_path, Child(**{A: [dict(error=error("busy"))] + [manifest()]}), peer=(A,), peer_wait=2)
     assert copy.find(COMMIT) is True and clock == [2.0]
 
