@@ -41,7 +41,7 @@ import json
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.fleet.vllm.plugins.module_utils._failures import probe_request
+from ansible_collections.fleet.vllm.plugins.module_utils._readiness import probe_request
 
 
 def probe_body(model):

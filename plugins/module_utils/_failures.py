@@ -10,6 +10,11 @@ state, leftover files in /dev/shm, a check of the model files and an HTTP probe.
 list of findings, each with the journal lines that prove it, the cause and the fix (the
 variable to set and the playbook and tags to run), and the journal tail that matters.
 
+The journal's lines are read in _journal_text.py (the vLLM prefix, the starts of the unit, the
+first error); the probe's completion and how its answer is judged are _readiness.py's. Their
+names that callers import from here stay importable from here (parse, relevant, root_error,
+journal_stopped, probe_request, probe_shortfall, PROBE_MAX_TOKENS, PROBE_PROMPT).
+
 The texts matched are vLLM's own (vllm/platforms/cuda.py, vllm/v1/core/kv_cache_planning.py,
 vllm/v1/engine/core.py and utils.py, vllm/v1/worker/utils.py), PyTorch's, NCCL's, safetensors'
 and argparse's; docs/evidence.md gives the failures' sources and tests/fixtures/journal/README.md
@@ -21,6 +26,17 @@ Private to the fleet.vllm collection: the interface may change without notice.
 from __future__ import annotations
 
 import re
+
+from ansible_collections.fleet.vllm.plugins.module_utils._journal_text import (
+    GENERIC_RE, journal_says_stopped, journal_tail, parse, relevant, root_error, runs,
+)
+from ansible_collections.fleet.vllm.plugins.module_utils._readiness import PROBE_MAX_TOKENS
+# Importable from here as before the split (the gateway's test, callers of the collection's modules):
+# the journal's state, and the probe's definition.
+from ansible_collections.fleet.vllm.plugins.module_utils._journal_text import journal_stopped  # pylint: disable=unused-import
+from ansible_collections.fleet.vllm.plugins.module_utils._readiness import (  # pylint: disable=unused-import
+    PROBE_PROMPT, probe_request, probe_shortfall,
+)
 
 DEPLOY = "ansible-playbook deploy.yml"
 
@@ -42,146 +58,10 @@ TITLES = dict(CATALOGUE)
 
 SHM_PATTERNS = ("psm_*", "sem.mp-*", "vllm_offload_*")
 
-# The completion that proves an engine serves (the readiness check of vllm_server_wait, verify.yml,
-# the endpoint probe of vllm_diagnose, the gateways' HAProxy check through the filter
-# fleet.vllm.probe_body): one definition, probe_request(). The first token comes out of the
-# prefill, the second out of a decode step, which reads the KV cache through the decode attention
-# kernel. One token is not enough: with an FP8 KV cache its decode kernel cannot read, the real CPU
-# engine answers a one-token completion and dies at the second token (docs/evidence.md section 5).
-# Two tokens are not enough either when the model's first token is its end-of-sequence (or a stop)
-# token: the completion ends after the prefill and no decode step runs. vLLM's sampling parameters
-# min_tokens (EOS and stop token ids are masked until that many tokens are out) and ignore_eos (an
-# EOS does not end the sequence, nor do the generation config's extra EOS ids) force the second
-# token; both are fields of vLLM's ChatCompletionRequest (vllm/entrypoints/openai/chat_completion/
-# protocol.py in 0.16.0 and 0.33.0) and reach SamplingParams as they are.
-PROBE_MAX_TOKENS = 2
-PROBE_PROMPT = "Say OK."
-
-
-def probe_request(model):
-    """The body of the probe's chat completion for the served model name ``model``."""
-    if not isinstance(model, str) or not model.strip():
-        raise ValueError("the probe's model (the served model name) must be a non-empty string, got %r" % (model,))
-    return {
-        "model": model,
-        "messages": [{"role": "user", "content": PROBE_PROMPT}],
-        "max_tokens": PROBE_MAX_TOKENS,
-        "min_tokens": PROBE_MAX_TOKENS,
-        "ignore_eos": True,
-        "temperature": 0,
-    }
-
-
-def probe_shortfall(answer):
-    """Why a probe's answer (the parsed JSON of a 200) does not prove a decode step, or None: fewer
-    completion tokens than asked (an engine that ignored min_tokens and ignore_eos, or stopped
-    early). An answer without usage cannot tell and passes."""
-    usage = answer.get("usage") if isinstance(answer, dict) else None
-    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
-    if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens < PROBE_MAX_TOKENS:
-        return ("the completion has %d token(s) (usage.completion_tokens), not the %d that max_tokens and min_tokens ask "
-                "for: no decode step ran, so it does not prove that the engine decodes" % (tokens, PROBE_MAX_TOKENS))
-    return None
-
-
 EVIDENCE_LINES = 4
 EVIDENCE_CHARS = 1000
-TAIL_TRACEBACK_LINES = 60
-TAIL_LINES = 20
 
-# ---- reading journal lines -------------------------------------------------------------------
-
-# "(Worker_TP0 pid=41520) ERROR 11-29 10:02:44 [multiproc_executor.py:772] message"; both parts
-# optional: raw output of a vLLM process has only the process part, vLLM before 0.11 only the
-# level part (and older still "INFO 07-24 08:26:01 file.py:226] message").
-_PREFIX_RE = re.compile(
-    r"^(?:\((?P<proc>[^()]+?) pid=(?P<pid>\d+)\) ?)?"
-    r"(?:(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[^\]\s]+\] ?)?"
-)
-_EXCEPTION_RE = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*\w*(?:Error|Exception|Exit|Interrupt))(?::\s?(?P<text>.*))?$")
-_GENERIC_RE = re.compile(
-    r"WorkerProc initialization failed|Engine core initialization failed|EngineDeadError|EngineCore encountered"
-    r"|EngineGenerateError|Worker proc \S+ died|CancelledError|KeyboardInterrupt|SystemExit"
-)
-_SYSTEMD_START_RE = re.compile(r"^Start(?:ed|ing) \S")
-_SYSTEMD_STOP_RE = re.compile(
-    r"^(?:\S+: (?:Main process exited|Failed with result|Deactivated successfully|Scheduled restart job"
-    r"|State '[\w-]+' timed out|Killing process|Consumed .* CPU time)|Stopped |Failed to start )"
-)
-_READY_RE = re.compile(r"Application startup complete|Starting vLLM (?:API )?server (?:\d+ )?on ")
-
-
-class Line(object):
-    """One journal line: its position, the raw text, the vLLM process and level, the message."""
-
-    __slots__ = ("index", "raw", "proc", "level", "msg")
-
-    def __init__(self, index, raw):
-        self.index = index
-        self.raw = raw
-        match = _PREFIX_RE.match(raw)
-        self.proc = "%s pid=%s" % (match.group("proc"), match.group("pid")) if match.group("proc") else None
-        self.level = match.group("level")
-        self.msg = raw[match.end():]
-
-    @property
-    def systemd(self):
-        """A line systemd wrote about the unit (no vLLM prefix)."""
-        return self.proc is None and self.level is None
-
-    @property
-    def exception(self):
-        match = _EXCEPTION_RE.match(self.msg)
-        return match.group("type") if match else None
-
-
-def parse(text):
-    """Journal text -> list of Line, without journalctl's own markers ("-- No entries --")."""
-    lines = []
-    for raw in (text or "").splitlines():
-        raw = raw.rstrip()
-        if not raw or (raw.startswith("-- ") and raw.endswith(" --")):
-            continue
-        lines.append(Line(len(lines), raw))
-    return lines
-
-
-def runs(lines):
-    """Split at systemd's "Started"/"Starting" lines: one list of lines per start of the unit."""
-    result = [[]]
-    for line in lines:
-        if line.systemd and _SYSTEMD_START_RE.match(line.msg) and result[-1]:
-            result.append([])
-        result[-1].append(line)
-    return [run for run in result if run]
-
-
-def relevant(lines, since_last_start):
-    """The lines to analyse: the last start only, or everything since the last start that
-    reached readiness (failures before it were fixed since), or the whole window."""
-    parts = runs(lines)
-    if not parts:
-        return []
-    if since_last_start:
-        return parts[-1]
-    for position in range(len(parts) - 1, -1, -1):
-        if any(_READY_RE.search(line.msg) for line in parts[position]):
-            return [line for part in parts[position:] for line in part]
-    return lines
-
-
-def journal_says_stopped(lines):
-    """True when systemd's lines show the last start ended, False when it started and did not
-    end, None when the text holds no systemd lines."""
-    parts = runs(lines)
-    if not parts:
-        return None
-    last = parts[-1]
-    if any(line.systemd and _SYSTEMD_STOP_RE.match(line.msg) for line in last):
-        return True
-    if any(line.systemd and _SYSTEMD_START_RE.match(line.msg) for line in last):
-        return False
-    return None
+# ---- evidence: the journal lines that prove a finding ------------------------------------------
 
 
 def _trim(raw):
@@ -220,53 +100,6 @@ def _evidence(lines, limit=EVIDENCE_LINES):
 
 def _finding(fid, evidence, cause, remedy, details=None):
     return dict(id=fid, title=TITLES[fid], evidence=evidence, cause=cause, remedy=remedy, details=details or {})
-
-
-# ---- tracebacks and the root error -----------------------------------------------------------
-
-
-def root_error(lines):
-    """The first error of the latest start that failed: the first exception line that is not a
-    wrapper vLLM raises on top of the real error (or the first wrapper, when that is all)."""
-    for part in reversed(runs(lines)):
-        errors = [line for line in part if line.exception]
-        if not errors:
-            continue
-        for line in errors:
-            if not _GENERIC_RE.search(line.msg):
-                return line
-        return errors[0]
-    return None
-
-
-def traceback_of(lines, error):
-    """The traceback that ends at ``error``, from the same process, as raw lines (what is left
-    of it when the lines read start inside it)."""
-    same = [line for line in lines if line.proc == error.proc and line.index <= error.index]
-    start = None
-    for position in range(len(same) - 1, -1, -1):
-        if same[position].msg.startswith("Traceback (most recent call last):"):
-            start = position
-            break
-    if start is None:
-        # The window starts inside the traceback: keep the part that is there.
-        start = 0
-    return [line.raw for line in same[start:]]
-
-
-def journal_tail(lines):
-    """What to read when no finding explains the failure: the traceback of the first error of
-    the latest failed start, or the last error lines, or the last lines."""
-    error = root_error(lines)
-    if error is not None:
-        return traceback_of(lines, error)[-TAIL_TRACEBACK_LINES:]
-    errors = [
-        line.raw for line in lines
-        if line.level in ("ERROR", "CRITICAL") or (line.systemd and _SYSTEMD_STOP_RE.match(line.msg))
-    ]
-    if errors:
-        return errors[-TAIL_LINES:]
-    return [line.raw for line in lines[-TAIL_LINES:]]
 
 
 # ---- 1. no valid attention backend ----------------------------------------------------------
@@ -791,7 +624,7 @@ def _engine_core_died(ctx):
     if not hits and not dead_health:
         return None
     root = root_error(ctx.lines)
-    if root is not None and _GENERIC_RE.search(root.msg):
+    if root is not None and GENERIC_RE.search(root.msg):
         root = None
     evidence = []
     if root is not None:
@@ -919,9 +752,3 @@ def diagnose(journal_text, unit="vllm.service", service_user="vllm", since_last_
         lines_read=len(every),
         lines_analysed=len(lines),
     )
-
-
-def journal_stopped(journal_text):
-    """What the journal text says of the service: stopped (True), started (False), or None. Only
-    the last start counts, whichever lines diagnose() would analyse."""
-    return journal_says_stopped(parse(journal_text))

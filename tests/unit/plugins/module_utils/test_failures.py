@@ -12,6 +12,7 @@ from conftest import FIXTURES
 
 from ansible_collections.fleet.vllm.plugins.module_utils import _failures
 from ansible_collections.fleet.vllm.plugins.module_utils._failures import CATALOGUE, diagnose, parse_backend_reasons
+from ansible_collections.fleet.vllm.plugins.module_utils._journal_text import TAIL_LINES
 
 JOURNAL = FIXTURES / "journal"
 
@@ -260,7 +261,7 @@ def test_healthy_journal_gives_no_finding():
     assert result["findings"] == []
     assert result["has_error"] is False
     assert result["journal_stopped"] is False
-    assert result["journal_tail"] == journal("healthy.txt").splitlines()[-_failures.TAIL_LINES:]
+    assert result["journal_tail"] == journal("healthy.txt").splitlines()[-TAIL_LINES:]
 
 
 def test_failure_fixed_since_is_not_reported():
@@ -581,14 +582,3 @@ def test_catalogue_is_complete_and_ordered():
     for name in sorted(p.name for p in JOURNAL.glob("*.txt")):
         every.update(finding["id"] for finding in diagnose(journal(name))["findings"])
     assert every == set(ids) - {"engine_unhealthy"}
-
-
-def test_prefixes_are_read():
-    line = _failures.Line(0, "(Worker_TP4_EP4 pid=2532) ERROR 12-29 15:21:11 [multiproc_executor.py:751] ValueError: x")
-    assert (line.proc, line.level, line.msg, line.exception) == ("Worker_TP4_EP4 pid=2532", "ERROR", "ValueError: x", "ValueError")
-    old = _failures.Line(0, "INFO 07-24 08:26:01 multiproc_worker_utils.py:226] hello")
-    assert (old.proc, old.level, old.msg) == (None, "INFO", "hello")
-    raw = _failures.Line(0, "(EngineCore_DP0 pid=1)   File \"/x.py\", line 1, in f")
-    assert (raw.proc, raw.level, raw.msg, raw.exception) == ("EngineCore_DP0 pid=1", None, '  File "/x.py", line 1, in f', None)
-    systemd = _failures.Line(0, "vllm.service: Failed with result 'exit-code'.")
-    assert systemd.systemd and systemd.exception is None
