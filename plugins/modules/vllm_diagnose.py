@@ -281,23 +281,17 @@ import fnmatch
 import json
 import os
 import pwd
-import socket
 import struct
-import time
-
-from http.client import HTTPException
-from urllib.error import HTTPError, URLError
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.text.converters import to_native, to_text
-from ansible.module_utils.urls import open_url
+from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.fleet.vllm.plugins.module_utils._failures import (
-    SHM_PATTERNS, diagnose, journal_stopped, probe_request, probe_shortfall,
-)
+from ansible_collections.fleet.vllm.plugins.module_utils._failures import SHM_PATTERNS, diagnose
+from ansible_collections.fleet.vllm.plugins.module_utils._journal_text import journal_stopped
+from ansible_collections.fleet.vllm.plugins.module_utils._readiness import PROBE_PATH, probe_request, probe_shortfall
+from ansible_collections.fleet.vllm.plugins.module_utils._units import journal_argv, parse_properties, request, run_c, show_argv
 
-C_LOCALE = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C")
-SHOW_PROPERTIES = "LoadState,ActiveState,SubState,Result,ExecMainStatus,NRestarts,ActiveEnterTimestamp"
+SHOW_PROPERTIES = ("LoadState", "ActiveState", "SubState", "Result", "ExecMainStatus", "NRestarts", "ActiveEnterTimestamp")
 INDEX_FILE = "model.safetensors.index.json"
 # safetensors refuses headers above 100 MB (HeaderTooLarge).
 MAX_HEADER = 100 * 1000 * 1000
@@ -351,7 +345,7 @@ class Diagnosis(object):
     # ---- systemd ---------------------------------------------------------------------------
 
     def run(self, argv, what):
-        rc, out, err = self.module.run_command(argv, environ_update=C_LOCALE, errors="surrogate_or_replace")
+        rc, out, err = run_c(self.module, argv)
         if rc != 0:
             self.fail("%s failed (rc %d): %s; run the task with become on a host that runs systemd, or analyse a saved "
                       "journal with journal_text" % (what, rc, (err or out).strip() or "no output"))
@@ -362,13 +356,7 @@ class Diagnosis(object):
         if not systemctl:
             self.fail("systemctl not found: this host does not run systemd; to analyse a journal saved elsewhere, "
                       "give its text in journal_text")
-        out = self.run([systemctl, "show", self.unit, "-p", SHOW_PROPERTIES, "--no-pager"],
-                       "systemctl show %s" % self.unit)
-        props = {}
-        for line in out.splitlines():
-            key, sep, value = line.partition("=")
-            if sep:
-                props[key] = value
+        props = parse_properties(self.run(show_argv(systemctl, self.unit, SHOW_PROPERTIES), "systemctl show %s" % self.unit))
         service = dict(
             unit=self.unit,
             checked=True,
@@ -391,8 +379,7 @@ class Diagnosis(object):
         journalctl = self.module.get_bin_path("journalctl")
         if not journalctl:
             self.fail("journalctl not found: this host does not run systemd's journal; give a saved journal in journal_text")
-        return self.run([journalctl, "-u", self.unit, "-n", str(self.module.params["journal_lines"]), "-o", "cat",
-                         "--no-pager", "--quiet"], "journalctl -u %s" % self.unit)
+        return self.run(journal_argv(journalctl, self.unit, self.module.params["journal_lines"]), "journalctl -u %s" % self.unit)
 
     # ---- /dev/shm --------------------------------------------------------------------------
 
@@ -520,40 +507,15 @@ class Diagnosis(object):
     def request(self, path, body=None):
         """(status or None, parsed JSON or None, error or None, seconds, timed out)."""
         endpoint = self.result["endpoint"]
-        headers = {"Accept": "application/json"}
-        if self.module.params["api_key"]:
-            headers["Authorization"] = "Bearer %s" % self.module.params["api_key"]
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode("utf-8")
-            headers["Content-Type"] = "application/json"
-        start = time.monotonic()
-        status, payload, error, timed_out = None, b"", None, False
-        try:
-            response = open_url(endpoint["base_url"] + path, data=data, headers=headers,
-                                method="POST" if body is not None else "GET", timeout=endpoint["timeout"],
-                                use_proxy=False, follow_redirects="none")
-            payload = response.read()
-            status = response.getcode()
-        except HTTPError as exc:
-            status = exc.code
-            error = "HTTP %d %s" % (exc.code, to_text(exc.reason))
-        except URLError as exc:
-            timed_out = isinstance(exc.reason, socket.timeout)
-            error = "no answer within %s s" % endpoint["timeout"] if timed_out else to_text(exc.reason)
-        except socket.timeout:
-            timed_out = True
+        answer = request(endpoint["base_url"] + path, body, self.module.params["api_key"], endpoint["timeout"],
+                         use_proxy=False, follow_redirects="none")
+        if answer.timed_out:
             error = "no answer within %s s" % endpoint["timeout"]
-        except (HTTPException, OSError) as exc:
-            error = to_text(exc) or exc.__class__.__name__
-        seconds = round(time.monotonic() - start, 3)
-        parsed = None
-        if payload:
-            try:
-                parsed = json.loads(to_text(payload))
-            except ValueError:
-                parsed = None
-        return status, parsed, error, seconds, timed_out
+        elif answer.http_error:
+            error = "HTTP %d %s" % (answer.status, answer.reason)
+        else:
+            error = answer.reason
+        return answer.status, answer.json(), error, answer.seconds, answer.timed_out
 
     def probe(self):
         endpoint = self.result["endpoint"]
@@ -581,7 +543,7 @@ class Diagnosis(object):
             endpoint["completion_error"] = "%s (served_model_name, or the first id /v1/models lists)" % to_native(exc)
             return
         endpoint["model"] = model
-        status, answer, error, seconds, timed_out = self.request("/v1/chat/completions", body)
+        status, answer, error, seconds, timed_out = self.request(PROBE_PATH, body)
         endpoint.update(completion_status=status, completion_seconds=seconds, completion_error=error, hang=timed_out)
         if status in (401, 403):
             endpoint["completion_error"] = "%s: the server refused the api_key; set api_key (vllm_server_api_key)" % error

@@ -128,18 +128,17 @@ journal:
 """
 
 import json
-import socket
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native, to_text
-from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
-from ansible.module_utils.urls import open_url
-from ansible_collections.fleet.vllm.plugins.module_utils import _failures
+from ansible_collections.fleet.vllm.plugins.module_utils import _failures, _journal_text, _readiness, _units
 
 # Journal lines read to find the cause of a death (a worker's traceback and the engine core's and
 # API server's after it run to a few hundred lines).
 CAUSE_WINDOW = 1000
+# What the unit watch reads of the unit at each poll.
+WATCHED = ("ActiveState", "SubState", "Result", "NRestarts")
 
 
 def cause_of(journal, unit):
@@ -151,7 +150,7 @@ def cause_of(journal, unit):
     if findings:
         return "".join("; %s (%s): %s Fix: %s The journal: %s" % (f["title"], f["id"], f["cause"], f["remedy"], " | ".join(f["evidence"]))
                        for f in findings)
-    error = _failures.root_error(_failures.relevant(_failures.parse(text), False))
+    error = _journal_text.root_error(_journal_text.relevant(_journal_text.parse(text), False))
     return "; the first error of the failed start: %s" % error.msg.strip() if error is not None else ""
 
 
@@ -164,36 +163,22 @@ class Waiter(object):
                            completion=None, unit_state={}, journal=[])
         self.start = time.time()
 
-    def headers(self):
-        headers = {"Content-Type": "application/json"}
-        if self.params["api_key"]:
-            headers["Authorization"] = "Bearer " + self.params["api_key"]
-        return headers
-
     def fail(self, msg):
         self.result["elapsed"] = int(time.time() - self.start)
         self.module.fail_json(msg=msg, **self.result)
 
-    def request(self, path, data=None):
+    def request(self, path, body=None):
         """(status, body) or (None, reason) when nothing answered."""
-        try:
-            response = open_url(self.base + path, data=data, headers=self.headers(),
-                                method="POST" if data is not None else "GET",
-                                timeout=self.params["request_timeout"], validate_certs=False)
-            return response.getcode(), response.read()
-        except HTTPError as exc:
-            return exc.code, exc.read() if hasattr(exc, "read") else b""
-        except (URLError, socket.timeout, ConnectionError, OSError) as exc:
-            return None, to_native(getattr(exc, "reason", exc))
+        answer = _units.request(self.base + path, body, self.params["api_key"], self.params["request_timeout"],
+                                validate_certs=False)
+        return (answer.status, answer.body) if answer.status is not None else (None, answer.reason)
 
     def unit_state(self):
         systemctl = self.module.get_bin_path("systemctl", required=True)
-        rc, out, err = self.module.run_command(
-            [systemctl, "show", self.params["unit"], "--property=ActiveState,SubState,Result,NRestarts"],
-            environ_update={"LC_ALL": "C"})
+        rc, out, err = _units.run_c(self.module, _units.show_argv(systemctl, self.params["unit"], WATCHED))
         if rc != 0:
             self.fail("cannot read the state of %s: %s" % (self.params["unit"], err.strip()))
-        state = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+        state = _units.parse_properties(out)
         self.result["unit_state"] = state
         return state
 
@@ -202,9 +187,7 @@ class Waiter(object):
         if not journalctl or not self.params["unit"]:
             return []
         lines = max(self.params["journal_lines"], CAUSE_WINDOW)
-        rc, out, err = self.module.run_command(
-            [journalctl, "-u", self.params["unit"], "-n", str(lines), "--no-pager", "-o", "cat"],
-            environ_update={"LC_ALL": "C"})
+        rc, out, err = _units.run_c(self.module, _units.journal_argv(journalctl, self.params["unit"], lines))
         return out.splitlines() if rc == 0 else ["journalctl failed: %s" % err.strip()]
 
     def died(self, why):
@@ -252,10 +235,10 @@ class Waiter(object):
 
     def check_completion(self):
         try:
-            payload = _failures.probe_request(self.params["served_model_name"])
+            payload = _readiness.probe_request(self.params["served_model_name"])
         except ValueError as exc:
             self.fail("served_model_name: %s" % to_native(exc))
-        status, body = self.request("/v1/chat/completions", data=json.dumps(payload))
+        status, body = self.request(_readiness.PROBE_PATH, payload)
         if status != 200:
             # /health said 200: the engine behind it may be dead or hung; its journal says why.
             self.died("a two-token chat completion answers %s although /health answers 200: %s" % (
@@ -267,9 +250,9 @@ class Waiter(object):
             self.result["completion"] = to_text(message.get("content") or message.get("reasoning_content") or "")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             self.fail("a two-token chat completion returned no choice (%s): %s" % (to_native(exc), to_text(body)[:500]))
-        shortfall = _failures.probe_shortfall(answer)
+        shortfall = _readiness.probe_shortfall(answer)
         if shortfall:
-            self.fail("%s/v1/chat/completions answered, but %s: %s" % (self.base, shortfall, to_text(body)[:500]))
+            self.fail("%s%s answered, but %s: %s" % (self.base, _readiness.PROBE_PATH, shortfall, to_text(body)[:500]))
 
     def run(self):
         self.wait_health()

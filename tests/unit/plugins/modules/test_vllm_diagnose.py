@@ -17,7 +17,7 @@ import pytest
 
 from conftest import FIXTURES, ROOT, free_port, snapshot
 
-from ansible_collections.fleet.vllm.plugins.module_utils._failures import probe_request
+from ansible_collections.fleet.vllm.plugins.module_utils._readiness import probe_request
 
 JOURNAL = FIXTURES / "journal"
 ME = pwd.getpwuid(os.geteuid()).pw_name
@@ -512,7 +512,7 @@ def test_live_failed_unit(run_module, tmp_path):
     assert calls(fake) == [
         "systemctl LC_ALL=C [show] [vllm.service] [-p] "
         "[LoadState,ActiveState,SubState,Result,ExecMainStatus,NRestarts,ActiveEnterTimestamp] [--no-pager]",
-        "journalctl LC_ALL=C [-u] [vllm.service] [-n] [250] [-o] [cat] [--no-pager] [--quiet]",
+        "journalctl LC_ALL=C [-u] [vllm.service] [-n] [250] [--no-pager] [-o] [cat]",
     ]
 
 

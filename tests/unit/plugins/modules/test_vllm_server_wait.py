@@ -19,7 +19,7 @@ import pytest
 
 from conftest import FIXTURES, ROOT
 
-from ansible_collections.fleet.vllm.plugins.module_utils._failures import probe_request
+from ansible_collections.fleet.vllm.plugins.module_utils._readiness import probe_request
 from ansible_collections.fleet.vllm.plugins.modules.vllm_server_wait import cause_of
 
 
