@@ -26,11 +26,12 @@ options:
         description: Its mode, in octal (V("0755")).
         type: str
         required: true
-      owner:
+      # A file's owner and group are these (the YAML aliases below).
+      owner: &owner
         description: Its owner.
         type: str
         default: root
-      group:
+      group: &group
         description: Its group.
         type: str
         default: root
@@ -59,14 +60,8 @@ options:
         description: Its mode, in octal (V("0644")).
         type: str
         required: true
-      owner:
-        description: Its owner.
-        type: str
-        default: root
-      group:
-        description: Its group.
-        type: str
-        default: root
+      owner: *owner
+      group: *group
       validate:
         description:
           - A command run on the temporary file before it replaces the path, C(%s) standing for the temporary file;

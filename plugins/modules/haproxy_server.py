@@ -29,15 +29,12 @@ author:
   - fleet.vllm developers (@fleet-vllm)
 attributes:
   check_mode:
-    support: full
     description: Reads the server's state and reports what would change; sends no command and does not wait.
   diff_mode:
-    support: none
     description: The administrative state is reported in RV(admin_state_before) and RV(admin_state_after).
   platform:
-    support: full
-    platforms: posix
     description: Runs on the HAProxy host.
+extends_documentation_fragment: [fleet.vllm.attributes, fleet.vllm.attributes.changes_without_diff]
 options:
   socket:
     description: HAProxy's runtime API socket (C(stats socket ... level admin) in C(global)).

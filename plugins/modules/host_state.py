@@ -27,17 +27,6 @@ description:
   - It never changes anything and runs the same in check mode.
 author:
   - fleet.vllm developers (@fleet-vllm)
-attributes:
-  check_mode:
-    support: full
-    description: Reads only; the same result in check mode.
-  diff_mode:
-    support: none
-    description: It changes nothing, so there is nothing to show.
-  platform:
-    support: full
-    platforms: posix
-    description: Runs on the host it reads.
 options:
   paths:
     description: Paths whose existence and type are reported in RV(paths). Symbolic links are followed.
@@ -137,6 +126,8 @@ options:
         type: str
 extends_documentation_fragment:
   - fleet.vllm.managed_paths
+  - fleet.vllm.attributes
+  - fleet.vllm.attributes.read_only
 seealso:
   - module: ansible.builtin.stat
   - module: ansible.builtin.setup

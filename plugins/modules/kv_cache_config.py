@@ -34,16 +34,11 @@ description:
 author:
   - fleet.vllm developers (@fleet-vllm)
 attributes:
-  check_mode:
-    support: full
-    description: Computes the change and the diff without touching any file.
   diff_mode:
-    support: full
     description: Shows the before and after text of each file that changes, including the record file.
   platform:
-    support: full
-    platforms: posix
     description: Runs on the host that holds the model directory.
+extends_documentation_fragment: [fleet.vllm.attributes, fleet.vllm.attributes.changes_with_diff]
 options:
   path:
     description:

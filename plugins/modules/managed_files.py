@@ -31,18 +31,12 @@ description:
 author:
   - fleet.vllm developers (@fleet-vllm)
 attributes:
-  check_mode:
-    support: full
-    description: Reports what would change (and the diff); writes nothing.
   diff_mode:
-    support: full
     description: Shows each changed file's content before and after, except secret files.
-  platform:
-    support: full
-    platforms: posix
-    description: Runs on the host of the files.
 extends_documentation_fragment:
   - fleet.vllm.managed_paths
+  - fleet.vllm.attributes
+  - fleet.vllm.attributes.changes_with_diff
 """
 
 EXAMPLES = r"""

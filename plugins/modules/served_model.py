@@ -30,15 +30,12 @@ author:
   - fleet.vllm developers (@fleet-vllm)
 attributes:
   check_mode:
-    support: full
     description: Reports what would be linked, copied and removed, and writes nothing.
   diff_mode:
-    support: full
     description: Shows the directory's listing (each entry as a link or a copy) before and after.
   platform:
-    support: full
-    platforms: posix
     description: Runs on the host that keeps the model files.
+extends_documentation_fragment: [fleet.vllm.attributes, fleet.vllm.attributes.changes_with_diff]
 options:
   source:
     description: The pristine snapshot directory. Read only.

@@ -29,17 +29,14 @@ author:
   - fleet.vllm developers (@fleet-vllm)
 attributes:
   check_mode:
-    support: full
     description:
       - Reports the links and the pruning it would do; touches nothing.
       - A missing O(target) is accepted in check mode (an install in check mode does not create it).
   diff_mode:
-    support: full
     description: Shows where the two links point before and after.
   platform:
-    support: full
-    platforms: posix
     description: Runs on the host of the venvs.
+extends_documentation_fragment: [fleet.vllm.attributes, fleet.vllm.attributes.changes_with_diff]
 options:
   path:
     description: The active link, such as C(/opt/vllm/current). Must be a symbolic link or absent.

@@ -51,16 +51,9 @@ description:
 author:
   - fleet.vllm developers (@fleet-vllm)
 attributes:
-  check_mode:
-    support: full
-    description: Reads the same things as a normal run; a run never changes anything.
-  diff_mode:
-    support: none
-    description: Nothing changes, so there is nothing to show.
   platform:
-    support: full
-    platforms: posix
     description: Runs on the host of the vLLM service (systemd, for the service state and the journal).
+extends_documentation_fragment: [fleet.vllm.attributes, fleet.vllm.attributes.read_only]
 options:
   unit:
     description:

@@ -29,15 +29,12 @@ author:
   - fleet.vllm developers (@fleet-vllm)
 attributes:
   check_mode:
-    support: full
     description: Reads in check mode as without it; with O(record) reports what it would store and writes nothing.
   diff_mode:
-    support: none
     description: The fingerprint holds checksums of secret files; it is not shown as a diff.
   platform:
-    support: full
-    platforms: posix
     description: Runs on the host of the service.
+extends_documentation_fragment: [fleet.vllm.attributes, fleet.vllm.attributes.changes_without_diff]
 options:
   state_file:
     description: Where the fingerprint of the last verified start is kept. The pending record is O(state_file) with C(.pending) appended.

@@ -34,17 +34,12 @@ author:
   - fleet.vllm developers (@fleet-vllm)
 attributes:
   check_mode:
-    support: full
     description:
       - Waits for C(/health) and reads C(/v1/models) as without it, but sends no completion (it makes
         the engine generate); RV(completion) is then V(null).
-  diff_mode:
-    support: none
-    description: Nothing changes.
   platform:
-    support: full
-    platforms: posix
     description: Runs on the host of the service.
+extends_documentation_fragment: [fleet.vllm.attributes, fleet.vllm.attributes.read_only]
 options:
   url:
     description: Base URL of the server.

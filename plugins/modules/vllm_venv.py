@@ -37,15 +37,12 @@ author:
   - fleet.vllm developers (@fleet-vllm)
 attributes:
   check_mode:
-    support: full
     description: Reads the marker and reports whether an install would run and with which command; creates nothing.
   diff_mode:
-    support: none
     description: A venv has no useful text diff; RV(cmd) shows what would be installed.
   platform:
-    support: full
-    platforms: posix
     description: Runs on the host that gets the venv.
+extends_documentation_fragment: [fleet.vllm.attributes, fleet.vllm.attributes.changes_without_diff]
 options:
   venvs_dir:
     description:
