@@ -53,14 +53,22 @@ def test_deploy_stages_everything_at_once_then_rolls_in_batches():
     deploy = (ROOT / "playbooks" / "deploy.yml").read_text()
     assert "serial" not in deploy.replace("fleet_vllm_serial", ""), "staging runs on every host at once"
     roll_play = (ROOT / "playbooks" / "roll.yml").read_text()
-    assert roll_play.count("serial:") == 1 and "vllm_server_rolling_batch" in roll_play
+    assert roll_play.count("serial:") == 1 and "fleet_vllm_rolling_batch" in roll_play
     assert "max_fail_percentage: 0" in roll_play
+    # Which hosts roll and the batch size (fleet_vllm_serial capped at fleet_vllm_max_down) are decided
+    # in one place that every staging play imports last, not as a side effect of the server role's stage.
+    rolling = (ROOT / "playbooks" / "tasks" / "rolling.yml").read_text()
+    assert "groups: fleet_vllm_rolling" in rolling and "fleet_vllm_rolling_batch:" in rolling
+    assert "fleet_vllm_serial | fleet.vllm.rolling_batch(max_down=fleet_vllm_max_down," in rolling
+    for staging in ("deploy.yml", "rollback.yml"):
+        assert "import_tasks: tasks/rolling.yml" in (ROOT / "playbooks" / staging).read_text(), staging
+    assert "fleet_vllm_rolling" not in (ROOT / "roles" / "vllm_server" / "tasks" / "stage.yml").read_text()
 
 
 def test_playbooks_hold_no_copies_of_role_defaults():
     """Settings reach roles through their defaults (fleet.vllm.fleet_vllm for the shared ones):
     a playbook that passes `default(<literal>)` would keep a second copy that drifts."""
-    for path in sorted((ROOT / "playbooks").glob("*.yml")):
+    for path in sorted((ROOT / "playbooks").glob("**/*.yml")):
         text = path.read_text()
         # (An inventory without a vllm_gateways group is not a role default.)
         allowed = ("fleet_vllm_hosts | default('vllm_servers')", "fleet_vllm_max_fail_percentage | default(0)",
