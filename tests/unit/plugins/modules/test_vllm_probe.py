@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from conftest import COLLECTIONS, FIXTURES, ModuleRun, _vllm_venv
+from conftest import COLLECTIONS, FIXTURES, ROOT, ModuleRun, _vllm_venv
 
 from ansible_collections.fleet.vllm.plugins.module_utils._vllm_support import table_backends
 
@@ -367,6 +367,30 @@ def test_version_only(run_module, stub_vllm):
     assert (result["backends"], result["backend_available"], result["decided_by"]) == ([], None, None)
     assert (result["kv_cache_dtype_resolved"], result["attention_kind"]) == (None, None)
     assert result["msg"] == "vLLM 0.33.0 (commit 4ba787ec9)"
+
+
+@pytest.mark.integration
+def test_through_ansiballz_the_probe_program_is_read_from_the_modules_zip(stub_vllm, tmp_path):
+    """As Ansible runs the module on a host: its module_utils are imported from AnsiballZ's zip,
+    and the program sent to the venv's Python is read from there (it has no file of its own). What
+    the stand-in vllm prints on stdout goes to stderr, and the answer is still read."""
+    args = stub_vllm("0.33.0", "g4ba787ec9")
+    with open(os.path.join(args["environment"]["PYTHONPATH"], "vllm", "__init__.py"), "a") as handle:
+        handle.write("print('vLLM says hello on stdout')\n")
+    out = tmp_path / "result.json"
+    playbook = tmp_path / "probe.yml"
+    playbook.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": [
+        {"fleet.vllm.vllm_probe": args, "register": "probe"},
+        {"ansible.builtin.copy": {"content": "{{ probe | to_json }}", "dest": str(out)}}]}]))
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_REMOTE_TMP=str(tmp_path / "remote"),
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / "local"))
+    proc = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), str(playbook), "-i", "localhost,", "-c", "local",
+         "-e", "ansible_python_interpreter=" + sys.executable], cwd=str(ROOT), env=env, capture_output=True, text=True,
+        timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(out.read_text())
+    assert (result["vllm_version"], result["vllm_commit"], result["msg"]) == ("0.33.0", "4ba787ec9", "vLLM 0.33.0 (commit 4ba787ec9)")
 
 
 # A stand-in for a future nightly whose backend API moved: it imitates vLLM's backend registry
