@@ -352,101 +352,29 @@ measured:
       sample: auto
 """
 
-import errno
 import os
 import re
-import resource
-import stat
-import struct
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.fleet.vllm.plugins.module_utils._gpu_info import GpuInfo
+from ansible_collections.fleet.vllm.plugins.module_utils._host_limits import MIB, HostLimits, gb
 from ansible_collections.fleet.vllm.plugins.module_utils._interfaces import interfaces
-
-GB = 1000 ** 3
-GIB = 1024 ** 3
-MIB = 1024 ** 2
-# What the platform's engine needs of /dev/shm when shm_min_bytes is not set (its documentation says why).
-SHM_MIN_BYTES = {"cuda": 16 * GIB, "cpu": 512 * MIB}
+from ansible_collections.fleet.vllm.plugins.module_utils._nccl_p2p import nccl_findings
+from ansible_collections.fleet.vllm.plugins.module_utils._pci_sysfs import (
+    acs_state,
+    gpu_addresses,
+    iommu_state,
+)
 
 VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
-PCI_ADDRESS_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-
-# PCI configuration space: the first 64 bytes are the header that every user may read, the
-# extended capabilities start at 0x100 (PCI Express), each with a 32-bit header: ID in bits
-# 0-15, version in 16-19, offset of the next one in 20-31.
-PCI_HEADER_BYTES = 64
-PCI_EXT_CAP_START = 0x100
-PCI_EXT_CAP_ID_ACS = 0x000D
-PCI_CLASS_BRIDGE = 0x06
-PCI_SUBCLASS_PCI_BRIDGE = 0x04
-# ACS control register (ACS capability + 6), named as lspci names them.
-ACS_CONTROL_BITS = (
-    ("SrcValid", 0x0001),
-    ("TransBlk", 0x0002),
-    ("ReqRedir", 0x0004),
-    ("CmpltRedir", 0x0008),
-    ("UpstreamFwd", 0x0010),
-    ("EgressCtrl", 0x0020),
-    ("DirectTrans", 0x0040),
-)
-# NCCL's documented test: any of these set means ACS is on and may send P2P to the root complex.
-ACS_REDIRECT_MASK = 0x0001 | 0x0004 | 0x0008
 
 CROSS_SOCKET_LINKS = ("SYS", "SOC")  # SOC is the old name of SYS in nvidia-smi topo -m
-SHM_LEFTOVER_PREFIXES = ("psm_", "sem.mp-", "vllm_offload_")
-IOMMU_CMDLINE_KEYS = ("iommu", "intel_iommu", "amd_iommu", "iommu.passthrough", "iommu.strict")
-# How NCCL reads NCCL_P2P_LEVEL (ncclGetLevel in src/graph/paths.cc, NCCL master 5067397c of 2026-06-11):
-# the name of a path type up to SYS, compared case-sensitively (topoPathTypeStr in src/graph/topo.cc), or,
-# when the value starts with a digit, an old-style number read with strtol(value, NULL, 0) through
-# levelsOldToNew (0=LOC, 1=PIX, 2=PXB, 3=PHB, 4=SYS, 5=SYS, larger numbers count as 5; NVL has no number).
-# Anything else is ignored and NCCL picks its own level. NCCL_P2P_DISABLE set to a number equal to 1
-# (strtol) means LOC and wins over NCCL_P2P_LEVEL.
-NCCL_P2P_LEVEL_NAMES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
-NCCL_P2P_LEVEL_NUMBERS = ("LOC", "PIX", "PXB", "PHB", "SYS", "SYS")
-_C_LONG = re.compile(r"^[ \t\n\v\f\r]*([+-]?)(0[xX](?=[0-9a-fA-F])[0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")
 FLOAT16_NAMES = ("float16", "half", "fp16")
 
 
 # What a CPU build has instead of GPUs: the gpu_info the module returns on the cpu platform.
 CPU_GPU_INFO = dict(count=0, gpus=[], model=None, compute_capabilities=[], driver_version=None, cuda_version=None)
-
-
-def c_strtol(text):
-    """What C's strtol(text, NULL, 0) returns (leading white space, a sign, 0x for hex, 0 for octal,
-    digits up to the first that does not fit), as NCCL reads its numeric variables; 0 when nothing parses."""
-    match = _C_LONG.match(text)
-    if not match:
-        return 0
-    sign, digits = match.groups()
-    value = int(digits, 16) if digits[:2].lower() == "0x" else int(digits, 8) if digits.startswith("0") else int(digits)
-    return -value if sign == "-" else value
-
-
-def nccl_p2p_level(env):
-    """(level, ignored) as NCCL reads NCCL_P2P_DISABLE / NCCL_P2P_LEVEL from ``env`` (strings).
-
-    ``level`` is the path type NCCL uses as the P2P limit (None when unset: NCCL's own choice);
-    ``ignored`` is an NCCL_P2P_LEVEL value NCCL does not understand and ignores, else None.
-    """
-    disable = env.get("NCCL_P2P_DISABLE")
-    if disable is not None and c_strtol(disable) == 1:
-        return "LOC", None
-    value = env.get("NCCL_P2P_LEVEL")
-    if value is None or value == "":
-        return None, None
-    if value in NCCL_P2P_LEVEL_NAMES:
-        return value, None
-    if value[0] in "0123456789":
-        number = c_strtol(value)
-        return NCCL_P2P_LEVEL_NUMBERS[min(number, len(NCCL_P2P_LEVEL_NUMBERS) - 1)], None
-    return None, value
-
-
-def gb(value):
-    return "%.1f GB" % (value / float(GB))
 
 
 def plural(count, word):
@@ -457,76 +385,8 @@ def version_tuple(text):
     return tuple(int(part) for part in text.split("."))
 
 
-def sysfs_pci_address(bus_id):
-    """nvidia-smi's ``00000000:01:00.0`` as sysfs names it: ``0000:01:00.0``."""
-    domain, sep, rest = (bus_id or "").strip().lower().partition(":")
-    if not sep:
-        return None
-    try:
-        address = "%04x:%s" % (int(domain, 16), rest)
-    except ValueError:
-        return None
-    return address if PCI_ADDRESS_RE.match(address) else None
-
-
-def find_ext_capability(config, cap_id):
-    """Offset of extended capability ``cap_id`` in a configuration space, or None."""
-    offset, seen = PCI_EXT_CAP_START, set()
-    while PCI_EXT_CAP_START <= offset and offset + 4 <= len(config) and offset not in seen:
-        seen.add(offset)
-        header = struct.unpack_from("<I", config, offset)[0]
-        if header in (0, 0xFFFFFFFF):
-            return None
-        if header & 0xFFFF == cap_id:
-            return offset
-        offset = (header >> 20) & 0xFFC
-    return None
-
-
-def read_acs(config):
-    """(acs, control) of one device's configuration space: acs is enabled, disabled, absent or unknown."""
-    if len(config) <= PCI_HEADER_BYTES:
-        return "unknown", None
-    offset = find_ext_capability(config, PCI_EXT_CAP_ID_ACS)
-    if offset is None or offset + 8 > len(config):
-        return "absent", None
-    control = struct.unpack_from("<H", config, offset + 6)[0]
-    return ("enabled" if control & ACS_REDIRECT_MASK else "disabled"), control
-
-
-def is_pci_bridge(config):
-    return len(config) > 0x0B and config[0x0B] == PCI_CLASS_BRIDGE and config[0x0A] == PCI_SUBCLASS_PCI_BRIDGE
-
-
-class Preflight(object):
-    def __init__(self, module):
-        self.module = module
-        self.params = module.params
-        self.prefix = self.params["variable_prefix"]
-        self.problems = []
-        self.warnings = []
-        self.measured = {}
-
-    # ------------------------------------------------------------------ helpers
-
-    def var(self, option):
-        return self.prefix + option
-
-    def setting(self, option):
-        return "%s=%s" % (self.var(option), self.params[option])
-
-    def read_text(self, path):
-        try:
-            with open(path, "rb") as handle:
-                return to_native(handle.read(), errors="surrogate_or_strict")
-        except (IOError, OSError):
-            return None
-
-    def sysfs(self, *parts):
-        return os.path.join(self.params["sysfs_root"], *parts)
-
-    def proc(self, *parts):
-        return os.path.join(self.params["proc_root"], *parts)
+class Preflight(HostLimits):
+    """The checks of a GPU host (HostLimits has those of any host) and the module's result."""
 
     def fail_input(self, msg):
         self.module.fail_json(msg=msg, changed=False, problems=[], measured={})
@@ -655,277 +515,14 @@ class Preflight(object):
                     % (what, label % best, ", GPU ".join("%s (%s, %s)" % (gpu.get("index"), gpu.get("pci_bus_id"), label % gpu[key])
                                                          for gpu in slow)))
 
-    # ------------------------------------------------------------------ disk
-
-    def check_disk(self):
-        p = self.params
-        model_dir = p["model_dir"]
-        disk = self.measured["disk"] = dict(
-            model_dir=model_dir, measured_path=None, free_bytes=None, total_bytes=None, existing_bytes=0,
-            incomplete_bytes=0, model_size_bytes=p["model_size_bytes"], margin_bytes=None, needed_bytes=None)
-
-        measured = model_dir
-        while not os.path.exists(measured) and os.path.dirname(measured) != measured:
-            measured = os.path.dirname(measured)
-        disk["measured_path"] = measured
-        if os.path.exists(model_dir) and not os.path.isdir(model_dir):
-            self.problems.append("%s is not a directory: point %s at a directory" % (self.setting("model_dir"), self.var("model_dir")))
-            return
-        try:
-            st = os.statvfs(measured)
-        except OSError as exc:
-            self.problems.append("cannot measure the free space at %s for %s: %s" % (measured, self.setting("model_dir"), to_native(exc)))
-            return
-        disk["free_bytes"] = st.f_bavail * st.f_frsize
-        disk["total_bytes"] = st.f_blocks * st.f_frsize
-        if os.path.isdir(model_dir):
-            disk["existing_bytes"], disk["incomplete_bytes"] = self.bytes_under(model_dir)
-
-        size = p["model_size_bytes"]
-        if not size:
-            self.warnings.append("the model's size is not known (model_size_bytes=0), so the free disk at %s is not "
-                                 "checked" % self.setting("model_dir"))
-            return
-        disk["margin_bytes"] = size * p["disk_margin_percent"] // 100
-        disk["needed_bytes"] = max(0, size - disk["existing_bytes"]) + disk["margin_bytes"]
-        if disk["free_bytes"] < disk["needed_bytes"]:
-            self.problems.append(
-                "%s has %s free (file system at %s), the model needs %s there (%s, %s already there, + %d%% margin): "
-                "free space there, or point %s at a larger file system"
-                % (self.setting("model_dir"), gb(disk["free_bytes"]), measured, gb(disk["needed_bytes"]), gb(size),
-                   gb(min(size, disk["existing_bytes"])), p["disk_margin_percent"], self.var("model_dir")))
-
-    def bytes_under(self, top):
-        seen, total, incomplete = set(), 0, 0
-        for root, dummy, files in os.walk(top):
-            for name in files:
-                try:
-                    st = os.lstat(os.path.join(root, name))
-                except OSError:
-                    continue
-                if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) in seen:
-                    continue
-                seen.add((st.st_dev, st.st_ino))
-                if name.endswith(".incomplete"):
-                    incomplete += st.st_size
-                else:
-                    total += st.st_size
-        return total, incomplete
-
-    # ------------------------------------------------------------------ /dev/shm
-
-    def check_shm(self):
-        p = self.params
-        path = p["shm_dir"]
-        need = p["shm_min_bytes"] if p["shm_min_bytes"] is not None else SHM_MIN_BYTES[p["platform"]]
-        shm = self.measured["shm"] = dict(path=path, exists=os.path.isdir(path), total_bytes=None, free_bytes=None,
-                                          min_bytes=need, leftover_files=0, leftover_bytes=0)
-        if not shm["exists"]:
-            self.problems.append("%s does not exist: vLLM's workers and NCCL need a shared memory file system there "
-                                 "(mount a tmpfs; in a container, --ipc=host or --shm-size)" % self.setting("shm_dir"))
-            return
-        try:
-            st = os.statvfs(path)
-        except OSError as exc:
-            self.problems.append("cannot measure %s: %s" % (self.setting("shm_dir"), to_native(exc)))
-            return
-        shm["total_bytes"] = st.f_blocks * st.f_frsize
-        shm["free_bytes"] = st.f_bavail * st.f_frsize
-        try:
-            names = os.listdir(path)
-        except OSError:
-            names = []
-        for name in names:
-            if name.startswith(SHM_LEFTOVER_PREFIXES):
-                try:
-                    shm["leftover_bytes"] += os.lstat(os.path.join(path, name)).st_size
-                    shm["leftover_files"] += 1
-                except OSError:
-                    continue
-        if p["shm_min_bytes"] is not None:
-            wanted = "%s (%s)" % (gb(need), self.setting("shm_min_bytes"))
-        else:
-            wanted = "%s (what the %s engine needs; %s not set)" % (gb(need), p["platform"], self.var("shm_min_bytes"))
-        if shm["total_bytes"] < need:
-            self.problems.append(
-                "%s is %s, below the %s that vLLM's workers and NCCL need: enlarge it (mount -o remount,size=... and "
-                "the same in /etc/fstab; in a container --shm-size or --ipc=host), or lower %s"
-                % (path, gb(shm["total_bytes"]), wanted, self.var("shm_min_bytes")))
-        elif shm["free_bytes"] < need:
-            leftovers = ""
-            if shm["leftover_files"]:
-                leftovers = (" %d files left by earlier vLLM runs (psm_*, sem.mp-*, vllm_offload_*) take %s: stop the "
-                             "vLLM service and remove them;" % (shm["leftover_files"], gb(shm["leftover_bytes"])))
-            self.problems.append(
-                "%s has %s free of %s, below the %s that vLLM's workers and NCCL need:%s free space there"
-                % (path, gb(shm["free_bytes"]), gb(shm["total_bytes"]), wanted, leftovers))
-
-    # ------------------------------------------------------------------ open files
-
-    def systemd_default_nofile(self):
-        """(value as systemd prints it or None, why not)."""
-        systemctl = self.module.get_bin_path("systemctl")
-        if not systemctl:
-            return None, "no systemctl"
-        rc, out, err = self.module.run_command([systemctl, "show", "--property", "DefaultLimitNOFILE"],
-                                               environ_update=dict(LC_ALL="C"))
-        out, err = to_native(out), to_native(err)
-        if rc != 0:
-            said = " ".join(line.strip() for line in (err or out).splitlines() if line.strip())
-            return None, "systemctl show exited with %d: %s" % (rc, said or "(no output)")
-        for line in out.splitlines():
-            key, sep, value = line.strip().partition("=")
-            if key == "DefaultLimitNOFILE" and sep and (value.isdigit() or value == "infinity"):
-                return value, None
-        return None, "systemctl show printed no DefaultLimitNOFILE: %s" % out.strip()[:200]
-
-    def check_nofile(self):
-        p = self.params
-        text = self.read_text(self.proc("sys", "fs", "nr_open"))
-        nr_open = int(text.strip()) if text and text.strip().isdigit() else None
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        systemd_default, systemd_error = self.systemd_default_nofile()
-        ceiling = nr_open if nr_open is not None else float("inf")
-
-        if p["nofile_service_limit"]:
-            effective, source = p["nofile_service_limit"], "the vLLM unit's LimitNOFILE"
-        elif systemd_default is not None:
-            effective = ceiling if systemd_default == "infinity" else int(systemd_default)
-            source = "systemd DefaultLimitNOFILE"
-        else:
-            effective = ceiling if hard == resource.RLIM_INFINITY else hard
-            source = "hard RLIMIT_NOFILE of processes started here"
-        self.measured["nofile"] = dict(
-            nr_open=nr_open, systemd_default=systemd_default, systemd_error=systemd_error,
-            process_soft=-1 if soft == resource.RLIM_INFINITY else soft,
-            process_hard=-1 if hard == resource.RLIM_INFINITY else hard,
-            service_limit=p["nofile_service_limit"],
-            effective=None if effective == float("inf") else effective, source=source, min=p["nofile_min"])
-
-        need = p["nofile_min"]
-        if nr_open is not None and nr_open < need:
-            self.problems.append(
-                "the kernel allows no process more than %d open files (fs.nr_open), below %s: raise it (sysctl "
-                "fs.nr_open=1048576, and the same in /etc/sysctl.d/) or lower %s" % (nr_open, self.setting("nofile_min"), self.var("nofile_min")))
-        elif p["nofile_service_limit"] and nr_open is not None and p["nofile_service_limit"] > nr_open:
-            self.problems.append(
-                "%s is above the kernel's fs.nr_open (%d), so systemd cannot apply it: lower it or raise fs.nr_open"
-                % (self.setting("nofile_service_limit"), nr_open))
-        if effective < need:
-            if p["nofile_service_limit"]:
-                fix = "raise LimitNOFILE in the vLLM unit, and %s with it" % self.var("nofile_service_limit")
-            elif systemd_default is not None:
-                fix = ("set LimitNOFILE=%d in the vLLM unit (and %s to it) or raise DefaultLimitNOFILE in "
-                       "/etc/systemd/system.conf" % (need, self.var("nofile_service_limit")))
-            else:
-                fix = ("raise the hard nofile limit where vLLM is started (/etc/security/limits.conf, the container "
-                       "runtime's --ulimit nofile)")
-            self.problems.append("the vLLM service would get at most %d open files (%s), below %s: %s, or lower %s"
-                                 % (effective, source, self.setting("nofile_min"), fix, self.var("nofile_min")))
-
     # ------------------------------------------------------------------ IOMMU, ACS, NCCL
 
-    def gpu_addresses(self):
-        addresses = []
-        for gpu in self.params["gpu_info"].get("gpus") or []:
-            address = sysfs_pci_address(gpu.get("pci_bus_id"))
-            if address and os.path.exists(self.sysfs("bus", "pci", "devices", address)):
-                addresses.append(address)
-        return addresses
-
-    def check_iommu(self, gpu_addresses):
-        try:
-            devices = sorted(os.listdir(self.sysfs("class", "iommu")))
-        except OSError:
-            devices = []
-        cmdline = (self.read_text(self.proc("cmdline")) or "").split()
-        flags = [arg for arg in cmdline if arg.partition("=")[0] in IOMMU_CMDLINE_KEYS]
-        group_types = {}
-        for address in gpu_addresses:
-            text = self.read_text(self.sysfs("bus", "pci", "devices", address, "iommu_group", "type"))
-            if text and text.strip():
-                group_types[address] = text.strip()
-        mode = None
-        if devices:
-            if group_types:
-                mode = "passthrough" if all(t == "identity" for t in group_types.values()) else "translated"
-            else:
-                passthrough = "iommu=pt" in flags or "iommu.passthrough=1" in flags or "iommu.passthrough=on" in flags
-                mode = "passthrough" if passthrough else "translated"
-        self.measured["iommu"] = dict(enabled=bool(devices), devices=devices, mode=mode, group_types=group_types, cmdline=flags)
-
-    def check_acs(self, gpu_addresses):
-        base = self.sysfs("bus", "pci", "devices")
-        try:
-            devices = sorted(os.listdir(base))
-        except OSError:
-            devices = []
-        scope, candidates = "all_bridges", devices
-        if gpu_addresses:
-            scope, upstream = "gpu_paths", set()
-            for address in gpu_addresses:
-                real = os.path.realpath(os.path.join(base, address))
-                for part in real.split(os.sep)[:-1]:
-                    if PCI_ADDRESS_RE.match(part):
-                        upstream.add(part)
-            candidates = sorted(upstream)
-        bridges = []
-        for address in candidates:
-            try:
-                with open(os.path.join(base, address, "config"), "rb") as handle:
-                    config = handle.read()
-            except (IOError, OSError) as exc:
-                if exc.errno in (errno.EACCES, errno.EPERM):
-                    bridges.append(dict(address=address, acs="unknown", control=None, flags=[]))
-                continue
-            if not is_pci_bridge(config):
-                continue
-            acs, control = read_acs(config)
-            flags = [name for name, bit in ACS_CONTROL_BITS if control is not None and control & bit]
-            bridges.append(dict(address=address, acs=acs, control=control, flags=flags))
-        redirecting = [b["address"] for b in bridges if b["acs"] == "enabled"]
-        unreadable = [b["address"] for b in bridges if b["acs"] == "unknown"]
-        state = "enabled" if redirecting else "unknown" if unreadable else "disabled"
-        self.measured["acs"] = dict(state=state, scope=scope, bridges=bridges, redirecting=redirecting, unreadable=unreadable)
-
     def check_nccl(self):
-        env = dict((str(k), "" if v is None else str(v)) for k, v in (self.params["nccl_env"] or {}).items())
-        level, ignored = nccl_p2p_level(env)
-        disabled = level == "LOC"
-        self.measured["nccl"] = dict(env=env, p2p_disabled=disabled, p2p_level=level)
-        if ignored is not None:
-            self.problems.append(
-                "NCCL_P2P_LEVEL=%s in %s is not a value NCCL reads: it takes a path type by its exact upper-case "
-                "name (%s) or a number (0=LOC, 1=PIX, 2=PXB, 3=PHB, 4 and above=SYS), and ignores anything else, "
-                "choosing its own level; write one of those, or remove the key"
-                % (ignored, self.var("nccl_env"), ", ".join(NCCL_P2P_LEVEL_NAMES)))
-        shown = env.get("NCCL_P2P_LEVEL") if env.get("NCCL_P2P_LEVEL") == level else "%s (%s)" % (
-            env.get("NCCL_P2P_LEVEL"), level)
-
-        info = self.params["gpu_info"]
-        if not info.get("pcie_only") or (info.get("count") or 0) < 2:
-            return
-        iommu, acs = self.measured["iommu"], self.measured["acs"]
-        causes = []
-        if iommu["enabled"]:
-            causes.append("IOMMU on (%s, %s)" % (", ".join(iommu["devices"]), iommu["mode"]))
-        if acs["redirecting"]:
-            causes.append("ACS redirecting on PCI bridge %s" % ", ".join(acs["redirecting"]))
-        if causes and not disabled:
-            self.warnings.append(
-                "NCCL peer-to-peer over PCIe with %s is known to hang on RTX PRO 6000 and similar GPUs (vLLM #33041, "
-                "NVIDIA/nccl #1999, #2079): turn IOMMU and ACS off (IOMMU/VT-d/AMD-Vi in the BIOS, or intel_iommu=off / "
-                "amd_iommu=off on the kernel command line; ACS in the BIOS or with setpci ECAP_ACS+0x6.w=0000), or set "
-                "NCCL_P2P_DISABLE=1 in %s" % (" and ".join(causes), self.var("nccl_env")))
-        if level == "SYS" and self.measured["gpus"]["sys_pairs"] and iommu["enabled"]:
-            self.warnings.append(
-                "NCCL_P2P_LEVEL=%s in %s lets NCCL use peer-to-peer across CPU sockets (%d SYS pairs) with IOMMU on, "
-                "which can deadlock: remove it or use NCCL_P2P_LEVEL=PHB (peer-to-peer within a socket), or turn "
-                "IOMMU off" % (shown, self.var("nccl_env"), self.measured["gpus"]["sys_pairs"]))
-        if acs["state"] == "unknown" and not disabled:
-            self.warnings.append(
-                "the ACS state of PCI bridge %s is unknown: reading past the first 64 bytes of PCI configuration "
-                "space needs root; run the preflight with become: true" % ", ".join(acs["unreadable"]))
+        self.measured["nccl"], problems, warnings = nccl_findings(
+            self.params["nccl_env"], self.var("nccl_env"), self.params["gpu_info"], self.measured["iommu"],
+            self.measured["acs"], self.measured["gpus"]["sys_pairs"])
+        self.problems.extend(problems)
+        self.warnings.extend(warnings)
 
     def check_kv_cache_dtype(self):
         dtype = self.params["kv_cache_dtype"]
@@ -985,9 +582,10 @@ class Preflight(object):
             self.measured["iommu"] = dict(enabled=False, devices=[], mode="not checked (cpu platform)")
             self.measured["acs"] = dict(state="not checked (cpu platform)", redirecting=[], unreadable=[])
         else:
-            addresses = self.gpu_addresses()
-            self.check_iommu(addresses)
-            self.check_acs(addresses)
+            # module_utils/_pci_sysfs.py reads them; check_nccl says when they hang NCCL
+            addresses = gpu_addresses(self.params["sysfs_root"], self.params["gpu_info"].get("gpus") or [])
+            self.measured["iommu"] = iommu_state(self.params["sysfs_root"], self.params["proc_root"], addresses)
+            self.measured["acs"] = acs_state(self.params["sysfs_root"], addresses)
             self.check_nccl()
         self.check_kv_cache_dtype()
         for warning in self.warnings:
