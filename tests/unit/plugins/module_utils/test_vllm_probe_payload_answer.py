@@ -1,7 +1,8 @@
 """The program fleet.vllm.vllm_probe runs in a vLLM venv (module_utils/_vllm_probe_payload.py),
 imported here and asked in-process: the ``vllm serve`` parser and vLLM's CacheConfig, one question
-and its whole answer, and how the module sends the program (its source, BOOTSTRAP). The stand-in
-vLLM modules are those of tests/helpers/fake_vllm.py (see test_vllm_probe_payload.py).
+and its whole answer, and the source the module sends (BOOTSTRAP running it in a Python of its own
+is tested in tests/unit/plugins/modules/test_vllm_probe_program.py). The stand-in vLLM modules are
+those of tests/helpers/fake_vllm.py (see test_vllm_probe_payload.py).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import io
 import json
 import logging
 import os
-import subprocess
 import sys
 import typing
 import zipfile
@@ -306,20 +306,3 @@ def test_the_source_is_read_from_inside_a_zip_as_ansiballz_ships_it(tmp_path):
     spec.loader.exec_module(module)
     assert not os.path.exists(module.__file__)
     assert module.source() == text
-
-
-def test_the_bootstrap_runs_the_source_as_the_main_program(tmp_path):
-    """Through BOOTSTRAP, as the module runs it: the answer on stdout, what was printed on stderr."""
-    (tmp_path / "site" / "vllm").mkdir(parents=True)
-    (tmp_path / "site" / "vllm" / "__init__.py").write_text("print('hello from vllm')\n__version__ = '0.33.0'\n")
-    question_file = tmp_path / "question.json"
-    question_file.write_text(json.dumps({"payload": payload.source(), "question": {"quiet": False}}))
-    proc = subprocess.run([sys.executable, "-c", payload.BOOTSTRAP, str(question_file)], capture_output=True, text=True,
-                          timeout=120, check=False, cwd="/", env=dict(os.environ, PYTHONPATH=str(tmp_path / "site")))
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["vllm_version"] == "0.33.0"
-    assert proc.stderr == "hello from vllm\n"
-    # and alone, with the question on stdin
-    proc = subprocess.run([sys.executable, payload.__file__], input='{"quiet": false}', capture_output=True, text=True,
-                          timeout=120, check=False, cwd="/", env=dict(os.environ, PYTHONPATH=str(tmp_path / "site")))
-    assert json.loads(proc.stdout)["vllm_version"] == "0.33.0", proc.stderr

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from conftest import FIXTURES
 
-from ansible_collections.fleet.vllm.plugins.module_utils._vllm_probe_payload import BOOTSTRAP, PAYLOAD
 from ansible_collections.fleet.vllm.plugins.module_utils._vllm_support import (
     FP8_TRITON_MLA,
     VllmSupportError,
@@ -372,24 +369,6 @@ def test_load_config_errors(tmp_path):
 )
 def test_normalise_server_args(args, expected):
     assert normalise_server_args(args) == expected
-
-
-def test_payload_compiles_and_answers_json_without_vllm(tmp_path):
-    """The payload is a string: compile it here, and run it the way the module does (through
-    BOOTSTRAP) with a Python that has no vLLM."""
-    import subprocess
-    import sys
-
-    compile(PAYLOAD, "<vllm_probe payload>", "exec")
-    question_file = tmp_path / "question.json"
-    question_file.write_text(json.dumps({"payload": PAYLOAD, "question": {"model_path": None}}))
-    proc = subprocess.run([sys.executable, "-c", BOOTSTRAP, str(question_file)], capture_output=True, text=True,
-                          timeout=120, check=False, cwd=str(tmp_path))
-    assert proc.returncode == 0, proc.stderr
-    answer = json.loads(proc.stdout)
-    assert answer["import_error"] == "ModuleNotFoundError: No module named 'vllm'"
-    assert answer["python"] == "%d.%d.%d" % sys.version_info[:3]
-    assert len(BOOTSTRAP) < 250
 
 
 # Issue 11: the CPU platform's backends (docs/vllm-support.md "The CPU platform").
