@@ -210,7 +210,7 @@ def start_daemon(ends, base):
     conf.write_text(env.get_template("rsyncd.conf.j2").render(
         ansible_managed="benchmarks/peer_copy.py", vllm_weights_peer_max_connections=16,
         __vllm_weights_rsyncd_lock=str(base / "rsyncd.lock"), __vllm_weights_rsync_module=MODULE,
-        vllm_weights_pristine_dir=str(base / "seed" / "pristine" / REPO_DIR),
+        fleet_vllm_pristine_dir=str(base / "seed" / "pristine" / REPO_DIR),
         __vllm_weights_peer_networks=["127.0.0.0/8", "10.213.12.0/24"]))
     proc = subprocess.Popen(ends.argv(0, [
         shutil.which("systemd-socket-activate"), "--listen=%s:%d" % (ends.seed_addr, PORT), "--accept", "--inetd",

@@ -100,7 +100,7 @@ def fleet_bytes(base, sizes=(1, 2, 4)):
                                    vllm_weights_hub_python=sys.executable)
             inventory = work / "hosts.json"
             inventory.write_text(json.dumps({"all": {"children": {"vllm_servers": {"hosts": hosts}}, "vars": dict(
-                vllm_weights_endpoint=hub.url, vllm_weights_source=source, vllm_weights_progress_every=5,
+                fleet_vllm_hub_endpoint=hub.url, vllm_weights_source=source, vllm_weights_progress_every=5,
                 vllm_weights_pip_extra_args=["--no-index", "--find-links", str(wheels)])}}))
             started = time.monotonic()
             run = run_playbook(ROOT / "tests" / "integration" / "playbooks" / "vllm_weights.yml", "-i", inventory)

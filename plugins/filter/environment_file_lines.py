@@ -50,7 +50,7 @@ EXAMPLES = r"""
     lines: >-
       {{ {'NCCL_P2P_LEVEL': none, 'NCCL_P2P_DISABLE': 1}
          | fleet.vllm.environment_file_lines(defaults={'NCCL_PROTO': 'LL', 'NCCL_P2P_LEVEL': 'SYS'},
-                                             allowed=['NCCL_*'], variable='vllm_nccl_env') }}
+                                             allowed=['NCCL_*'], variable='fleet_vllm_nccl_env') }}
 # ['NCCL_P2P_DISABLE="1"', 'NCCL_PROTO="LL"']
 """
 

@@ -388,7 +388,7 @@ def _nccl(ctx):
                  "to load the model: the workers hang waiting for each other.")
     cause += (" On PCIe-only RTX PRO 6000 hosts this traces mostly to IOMMU/ACS redirecting peer-to-peer traffic, or to an "
               "NCCL_P2P_LEVEL above what the topology supports (vLLM #33041, NVIDIA/nccl #1999).")
-    remedy = ("Read the topology with `nvidia-smi topo -m`; set `vllm_nccl_env` with `NCCL_P2P_DISABLE: \"1\"` (the "
+    remedy = ("Read the topology with `nvidia-smi topo -m`; set `fleet_vllm_nccl_env` with `NCCL_P2P_DISABLE: \"1\"` (the "
               "documented fallback), or lower `NCCL_P2P_LEVEL` in it to what the topology supports, and run "
               "`%s --tags nccl,server`. The lasting fix is to disable ACS in the BIOS and the IOMMU (or set iommu=pt) on "
               "the kernel command line." % DEPLOY)
@@ -603,7 +603,7 @@ def _engine_unhealthy(ctx):
     remedy = ("Restart the service (`systemctl restart %s`; loading the model again takes many minutes), then confirm "
               "with `ansible-playbook playbooks/verify.yml`; fleet.vllm.vllm_gateway's gateways take such a host out of "
               "rotation by their completion check. If it recurs, the engine usually hangs in NCCL: set "
-              "`vllm_nccl_env` with `NCCL_P2P_DISABLE: \"1\"` and run `%s --tags nccl,server`." % (ctx.unit, DEPLOY))
+              "`fleet_vllm_nccl_env` with `NCCL_P2P_DISABLE: \"1\"` and run `%s --tags nccl,server`." % (ctx.unit, DEPLOY))
     details = dict(timeout=endpoint["timeout"], model=endpoint["model"], completion_status=status,
                    hang=bool(endpoint.get("hang")))
     return _finding("engine_unhealthy", evidence, cause, remedy, details)

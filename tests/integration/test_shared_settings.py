@@ -33,7 +33,7 @@ def play(tmp_path, **extra):
         fleet_vllm_nccl_env_file=str(tmp_path / "etc" / "nccl.env"),
         vllm_preflight_model_size_bytes=1,
         vllm_preflight_shm_min_bytes=1024,
-        vllm_server_model_path="/srv/models/kimi",
+        fleet_vllm_served_model_path="/srv/models/kimi",
     )
     variables.update(extra)
     run = run_playbook(PLAYBOOK, "-i", inventory, extra_vars=variables, timeout=300,
@@ -85,8 +85,8 @@ def test_the_units_open_file_limit_is_the_one_preflight_checks(tmp_path):
     python.parent.mkdir(parents=True)
     python.symlink_to(sys.executable)
     unit = tmp_path / "vllm.service"
-    rendered = run_playbook(UNIT_PLAYBOOK, extra_vars=dict(unit_dest=str(unit), vllm_server_python=str(python),
-                                                           vllm_server_model_path="/srv/models/kimi",
+    rendered = run_playbook(UNIT_PLAYBOOK, extra_vars=dict(unit_dest=str(unit), fleet_vllm_python=str(python),
+                                                           fleet_vllm_served_model_path="/srv/models/kimi",
                                                            fleet_vllm_nofile_limit=131072), timeout=300)
     assert rendered.rc == 0, rendered.stdout[-3000:]
     assert re.findall(r"^LimitNOFILE=(.*)$", unit.read_text(), re.M) == ["131072"]
@@ -106,7 +106,7 @@ def test_a_tensor_parallel_size_that_does_not_divide_the_gpus_fails_in_preflight
     assert run.rc != 0
     result = task(run, "Check the host against what vLLM and the model need")
     assert result["failed"] and any(
-        "vllm_preflight_tensor_parallel_size=3 x vllm_preflight_pipeline_parallel_size=1 need 3 GPUs per replica, which "
+        "fleet_vllm_tensor_parallel_size=3 x vllm_preflight_pipeline_parallel_size=1 need 3 GPUs per replica, which "
         "does not divide the 8 GPUs of this host" in problem for problem in result["problems"]), result["problems"]
     assert "Write the NCCL environment file and its directory" not in run.tasks("gpu-a")
     assert not (tmp_path / "etc").exists()

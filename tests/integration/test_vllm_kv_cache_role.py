@@ -18,8 +18,8 @@ PLAYBOOK = ROOT / "tests" / "integration" / "playbooks" / "vllm_kv_cache.yml"
 
 def play(model, python, *flags, **extra):
     variables = {
-        "vllm_kv_cache_model_path": str(model),
-        "vllm_kv_cache_python": str(python),
+        "fleet_vllm_served_model_path": str(model),
+        "fleet_vllm_python": str(python),
         "vllm_kv_cache_probe_environment": {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"},
         # the probe's answers stay with the test, not in /var/cache of this machine
         "vllm_kv_cache_probe_cache_dir": str(model.parent / "probe-cache"),
@@ -113,14 +113,14 @@ def test_bad_policy_fails_before_anything_changes(tmp_path):
     assert snapshot(model) == pristine
 
 
-# Issue 11: a host without GPUs is a CPU host (vllm_kv_cache_platform auto), and the question is
+# Issue 11: a host without GPUs is a CPU host (fleet_vllm_platform auto), and the question is
 # put to vLLM's CPU platform. The tiny FP8-KV DeepSeek-V3 checkpoint of tests/hub/tiny_mla.py is
 # the seed failure on the real CPU engine (docs/evidence.md section 5): it must be stripped.
 
 def play_without_gpus(model, python, *flags, **extra):
     variables = {
-        "vllm_kv_cache_model_path": str(model),
-        "vllm_kv_cache_python": str(python),
+        "fleet_vllm_served_model_path": str(model),
+        "fleet_vllm_python": str(python),
         "vllm_kv_cache_probe_cache_dir": str(model.parent / "probe-cache"),
         "fleet_vllm_state_dir": str(model.parent / "state"),
     }
@@ -140,13 +140,13 @@ def test_a_host_without_gpus_decides_for_the_cpu_platform(tmp_path, vllm_venv):
     python = vllm_venv / "bin" / "python"
 
     # cuda asked for, and no GPU to read: the role stops, as before
-    rc, _stats, tasks = play_without_gpus(model, python, vllm_kv_cache_platform="cuda")
+    rc, _stats, tasks = play_without_gpus(model, python, fleet_vllm_platform="cuda")
     assert rc != 0 and tasks["Read the GPUs"].get("failed") is True, tasks
     # cpu with a compute capability: refused before anything runs, naming both variables
-    rc, _stats, tasks = play_without_gpus(model, python, vllm_kv_cache_platform="cpu",
+    rc, _stats, tasks = play_without_gpus(model, python, fleet_vllm_platform="cpu",
                                           vllm_kv_cache_compute_capability="12.0")
     assert rc != 0
-    assert "vllm_kv_cache_compute_capability is 12.0 and vllm_kv_cache_platform is cpu" in tasks[
+    assert "vllm_kv_cache_compute_capability is 12.0 and fleet_vllm_platform is cpu" in tasks[
         "Check the platform settings"]["msg"]
     assert json.loads((model / "config.json").read_text())["quantization_config"]["kv_cache_scheme"]
 

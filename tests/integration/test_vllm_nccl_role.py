@@ -17,7 +17,7 @@ PLAYBOOK = ROOT / "tests" / "integration" / "playbooks" / "vllm_nccl.yml"
 
 
 def play(env_file, *flags, **extra):
-    variables = {"vllm_nccl_env_file": str(env_file)}
+    variables = {"fleet_vllm_nccl_env_file": str(env_file)}
     variables.update(extra)
     run = run_playbook(PLAYBOOK, *flags, extra_vars=variables, timeout=300)
     return run.rc, run.stats(), run.tasks()
@@ -56,7 +56,7 @@ def test_defaults_check_mode_real_rerun(tmp_path):
 def test_override_null_removes_a_default_and_values_read_back(tmp_path):
     env_file = tmp_path / "etc" / "nccl.env"
     odd = 'a b "q" $HOME `x` \\n 100%'
-    rc, stats, dummy = play(env_file, vllm_nccl_env={
+    rc, stats, dummy = play(env_file, fleet_vllm_nccl_env={
         "NCCL_P2P_LEVEL": None, "NCCL_P2P_DISABLE": 1, "NCCL_DEBUG": "WARN",
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "TORCH_NCCL_BLOCKING_WAIT": True, "NCCL_ODD": odd})
     assert rc == 0 and stats["changed"] == 1
@@ -67,20 +67,20 @@ def test_override_null_removes_a_default_and_values_read_back(tmp_path):
 
 
 @pytest.mark.parametrize("env, words", [
-    ({"LD_PRELOAD": "/tmp/x.so"}, ["vllm_nccl_env", "LD_PRELOAD", "NCCL_*"]),
-    ({"nccl proto": "LL"}, ["vllm_nccl_env", "nccl proto"]),
-    ({"VLLM_API_KEY": "secret"}, ["vllm_nccl_env", "VLLM_API_KEY", "vllm_server_api_key"]),
-    ({"NCCL_DEBUG": "a\nb"}, ["vllm_nccl_env", "NCCL_DEBUG", "line break"]),
+    ({"LD_PRELOAD": "/tmp/x.so"}, ["fleet_vllm_nccl_env", "LD_PRELOAD", "NCCL_*"]),
+    ({"nccl proto": "LL"}, ["fleet_vllm_nccl_env", "nccl proto"]),
+    ({"VLLM_API_KEY": "secret"}, ["fleet_vllm_nccl_env", "VLLM_API_KEY", "vllm_server_api_key"]),
+    ({"NCCL_DEBUG": "a\nb"}, ["fleet_vllm_nccl_env", "NCCL_DEBUG", "line break"]),
     # Issue 14 point 7: vLLM's own variables from the reviewed list only.
-    ({"VLLM_SERVER_DEV_MODE": 1}, ["vllm_nccl_env", "VLLM_SERVER_DEV_MODE", "without authentication", "VLLM_HOST_IP"]),
-    ({"VLLM_ALLOW_INSECURE_SERIALIZATION": 1}, ["vllm_nccl_env", "VLLM_ALLOW_INSECURE_SERIALIZATION", "reviewed"]),
-    ({"VLLM_PLUGINS": "evil"}, ["vllm_nccl_env", "VLLM_PLUGINS", "reviewed"]),
-    ({"NCCL_P2P_DISABLE": 1, "VLLM_NEW_THING": 1}, ["vllm_nccl_env", "VLLM_NEW_THING", "reviewed"]),
+    ({"VLLM_SERVER_DEV_MODE": 1}, ["fleet_vllm_nccl_env", "VLLM_SERVER_DEV_MODE", "without authentication", "VLLM_HOST_IP"]),
+    ({"VLLM_ALLOW_INSECURE_SERIALIZATION": 1}, ["fleet_vllm_nccl_env", "VLLM_ALLOW_INSECURE_SERIALIZATION", "reviewed"]),
+    ({"VLLM_PLUGINS": "evil"}, ["fleet_vllm_nccl_env", "VLLM_PLUGINS", "reviewed"]),
+    ({"NCCL_P2P_DISABLE": 1, "VLLM_NEW_THING": 1}, ["fleet_vllm_nccl_env", "VLLM_NEW_THING", "reviewed"]),
 ])
 def test_bad_input_fails_naming_the_variable_before_anything_changes(tmp_path, env, words):
     env_file = tmp_path / "nccl.env"
     env_file.write_text("untouched\n")
-    rc, stats, tasks = play(env_file, vllm_nccl_env=env)
+    rc, stats, tasks = play(env_file, fleet_vllm_nccl_env=env)
     assert rc != 0 and stats["failures"] == 1 and stats["changed"] == 0
     failed = [t for t in tasks.values() if t.get("failed")]
     assert all(word in failed[0]["msg"] for word in words), failed[0]["msg"]
@@ -91,7 +91,7 @@ def test_bad_input_fails_naming_the_variable_before_anything_changes(tmp_path, e
 def test_an_allowed_extra_prefix_does_not_open_vllm_variables(tmp_path):
     """Adding VLLM_* (the old default) to vllm_nccl_allowed_extra still refuses an unreviewed name."""
     env_file = tmp_path / "nccl.env"
-    rc, stats, tasks = play(env_file, vllm_nccl_env={"VLLM_SERVER_DEV_MODE": "1"},
+    rc, stats, tasks = play(env_file, fleet_vllm_nccl_env={"VLLM_SERVER_DEV_MODE": "1"},
                             vllm_nccl_allowed_extra=["VLLM_*", "VLLM_SERVER_DEV_MODE"])
     assert rc != 0 and stats["changed"] == 0 and not env_file.exists()
     assert "VLLM_SERVER_DEV_MODE" in [t for t in tasks.values() if t.get("failed")][0]["msg"]
@@ -99,7 +99,7 @@ def test_an_allowed_extra_prefix_does_not_open_vllm_variables(tmp_path):
 
 def test_reviewed_vllm_variables_are_written(tmp_path):
     env_file = tmp_path / "nccl.env"
-    rc, stats, dummy = play(env_file, vllm_nccl_env={"VLLM_HOST_IP": "10.0.0.5", "VLLM_NO_USAGE_STATS": 1,
+    rc, stats, dummy = play(env_file, fleet_vllm_nccl_env={"VLLM_HOST_IP": "10.0.0.5", "VLLM_NO_USAGE_STATS": 1,
                                                      "VLLM_ENGINE_READY_TIMEOUT_S": 3600, "VLLM_CPU_KVCACHE_SPACE": 1})
     assert rc == 0
     assert sourced(env_file) == {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS", "VLLM_HOST_IP": "10.0.0.5",
@@ -110,5 +110,5 @@ def test_reviewed_vllm_variables_are_written(tmp_path):
 def test_relative_path_fails_naming_the_variable(tmp_path):
     rc, stats, tasks = play("relative/nccl.env")
     assert rc != 0 and stats["failures"] == 1
-    assert "vllm_nccl_env_file" in [t for t in tasks.values() if t.get("failed")][0]["msg"]
+    assert "fleet_vllm_nccl_env_file" in [t for t in tasks.values() if t.get("failed")][0]["msg"]
     assert not (ROOT / "relative").exists()

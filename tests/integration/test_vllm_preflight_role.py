@@ -74,14 +74,14 @@ def play(tmp_path, extra, *flags, scenario="rtx-pro-6000-x8"):
     inventory.write_text("[gpu_hosts]\n" + "".join(
         "%s ansible_connection=local ansible_python_interpreter=%s\n" % (name, sys.executable) for name in HOSTS))
     variables = dict(
-        vllm_preflight_nvidia_smi=str(FAKE_SMI),
-        vllm_preflight_model_dir=str(tmp_path / "models" / "nvidia--Kimi-K2.5-NVFP4"),
-        vllm_preflight_hf_token=TOKEN,
+        fleet_vllm_nvidia_smi=str(FAKE_SMI),
+        fleet_vllm_pristine_dir=str(tmp_path / "models" / "nvidia--Kimi-K2.5-NVFP4"),
+        fleet_vllm_hf_token=TOKEN,
         # The test hubs answer on loopback over plain http.
         fleet_vllm_hf_token_over_http=True,
         # This machine's limits are not what the check is about: the vLLM unit's LimitNOFILE
         # stands in (checked against this kernel's fs.nr_open), and a small /dev/shm suffices.
-        vllm_preflight_nofile_service_limit=65536,
+        fleet_vllm_nofile_limit=65536,
         vllm_preflight_shm_min_bytes=1024 * 1024,
     )
     variables.update(extra)
@@ -108,7 +108,7 @@ def test_a_540_gb_listing_on_a_small_disk_fails_before_anything_is_written(tmp_p
     shard_bytes = max(540 * GB, 2 * free_bytes(tmp_path)) // shards
     files, total = listing(shards, shard_bytes)
     server = hub({TREE_PATH: (200, files)})
-    proc, out = play(tmp_path, {"vllm_preflight_hub_endpoint": server.endpoint})
+    proc, out = play(tmp_path, {"fleet_vllm_controller_hub_endpoint": server.endpoint})
 
     assert proc.returncode == 2, proc.stderr
     assert server.requests == [(TREE_PATH, "Bearer " + TOKEN)]  # once for both hosts, with the token
@@ -119,8 +119,8 @@ def test_a_540_gb_listing_on_a_small_disk_fails_before_anything_is_written(tmp_p
         disk = result["measured"]["disk"]
         assert disk["model_size_bytes"] == total and disk["needed_bytes"] == total + total * 5 // 100
         assert result["problems"] == [
-            "vllm_preflight_model_dir=%s has %.1f GB free (file system at %s), the model needs %.1f GB there (%.1f GB, "
-            "0.0 GB already there, + 5%% margin): free space there, or point vllm_preflight_model_dir at a larger file "
+            "fleet_vllm_pristine_dir=%s has %.1f GB free (file system at %s), the model needs %.1f GB there (%.1f GB, "
+            "0.0 GB already there, + 5%% margin): free space there, or point fleet_vllm_pristine_dir at a larger file "
             "system" % (tmp_path / "models" / "nvidia--Kimi-K2.5-NVFP4", disk["free_bytes"] / GB, tmp_path,
                         disk["needed_bytes"] / GB, total / GB)]
         assert result["msg"] == "1 problem on this host, fix it before deploying:\n" + result["problems"][0]
@@ -133,7 +133,7 @@ def test_a_540_gb_listing_on_a_small_disk_fails_before_anything_is_written(tmp_p
 def test_a_listing_that_fits_passes_and_reports_each_host(tmp_path, hub):
     files, total = listing(119, 10 * 1024 * 1024)
     server = hub({TREE_PATH: (200, files)})
-    proc, out = play(tmp_path, {"vllm_preflight_hub_endpoint": server.endpoint + "/"})
+    proc, out = play(tmp_path, {"fleet_vllm_controller_hub_endpoint": server.endpoint + "/"})
 
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert server.requests == [(TREE_PATH, "Bearer " + TOKEN)]
@@ -159,7 +159,7 @@ def test_a_listing_that_fits_passes_and_reports_each_host(tmp_path, hub):
 def test_check_mode_lists_the_hub_and_checks_the_same(tmp_path, hub):
     files, total = listing(119, 10 * 1024 * 1024)
     server = hub({TREE_PATH: (200, files)})
-    proc, out = play(tmp_path, {"vllm_preflight_hub_endpoint": server.endpoint}, "--check")
+    proc, out = play(tmp_path, {"fleet_vllm_controller_hub_endpoint": server.endpoint}, "--check")
 
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert server.requests == [(TREE_PATH, "Bearer " + TOKEN)]  # the GET runs in check mode too
@@ -172,14 +172,14 @@ def test_check_mode_lists_the_hub_and_checks_the_same(tmp_path, hub):
     # And the same listing on too small a disk fails in check mode as well.
     big, dummy = listing(119, max(540 * GB, 2 * free_bytes(tmp_path)) // 119)
     server.routes[TREE_PATH] = (200, big)
-    proc, out = play(tmp_path, {"vllm_preflight_hub_endpoint": server.endpoint}, "--check")
+    proc, out = play(tmp_path, {"fleet_vllm_controller_hub_endpoint": server.endpoint}, "--check")
     assert proc.returncode == 2
     assert all("the model needs" in r["msg"] for r in results(out, "Check the host against what vLLM and the model need").values())
 
 
 def test_a_listing_that_fails_names_the_endpoint_and_the_way_out(tmp_path, hub):
     server = hub({})
-    proc, out = play(tmp_path, {"vllm_preflight_hub_endpoint": server.endpoint, "vllm_preflight_model_revision": "v9"})
+    proc, out = play(tmp_path, {"fleet_vllm_controller_hub_endpoint": server.endpoint, "fleet_vllm_model_revision": "v9"})
 
     assert proc.returncode == 2
     assert server.requests == [("/api/models/%s/tree/v9?recursive=true" % REPO, "Bearer " + TOKEN)]
@@ -187,8 +187,8 @@ def test_a_listing_that_fails_names_the_endpoint_and_the_way_out(tmp_path, hub):
     assert len(failed) == 1 and failed[0]["failed"] is True
     assert (
         "Cannot list the files of %s at revision v9 from %s (GET %s/api/models/%s/tree/v9?recursive=true): "
-        "HTTP 404 Not Found. Check vllm_preflight_hub_endpoint, vllm_preflight_model_repo, "
-        "vllm_preflight_model_revision and vllm_preflight_hf_token (gated and private models need one), or set "
+        "HTTP 404 Not Found. Check fleet_vllm_controller_hub_endpoint, fleet_vllm_model_repo, "
+        "fleet_vllm_model_revision and fleet_vllm_hf_token (gated and private models need one), or set "
         "vllm_preflight_model_size_bytes to the model's size in bytes." % (REPO, server.endpoint, server.endpoint, REPO)
     ) in failed[0]["msg"], failed[0]["msg"]
     assert results(out, "Check the host against what vLLM and the model need") == {}
@@ -197,12 +197,12 @@ def test_a_listing_that_fails_names_the_endpoint_and_the_way_out(tmp_path, hub):
 
 def test_an_empty_listing_is_refused(tmp_path, hub):
     server = hub({TREE_PATH: (200, [{"type": "directory", "path": "docs", "size": 0, "oid": "0" * 40}])})
-    proc, out = play(tmp_path, {"vllm_preflight_hub_endpoint": server.endpoint})
+    proc, out = play(tmp_path, {"fleet_vllm_controller_hub_endpoint": server.endpoint})
     assert proc.returncode == 2
     failed = list(results(out, "Fail when the revision's files could not be listed").values())
     assert len(failed) == 1 and failed[0]["msg"] == (
-        "%s lists no file for %s at revision main. Check vllm_preflight_hub_endpoint, vllm_preflight_model_repo, "
-        "vllm_preflight_model_revision and vllm_preflight_hf_token (gated and private models need one), or set "
+        "%s lists no file for %s at revision main. Check fleet_vllm_controller_hub_endpoint, fleet_vllm_model_repo, "
+        "fleet_vllm_model_revision and fleet_vllm_hf_token (gated and private models need one), or set "
         "vllm_preflight_model_size_bytes to the model's size in bytes." % (server.endpoint, REPO))
     assert results(out, "Check the host against what vLLM and the model need") == {}
 
@@ -214,7 +214,7 @@ def test_a_listing_of_several_pages_is_read_to_its_end(tmp_path, hub):
     second = TREE_PATH + "&cursor=ZXlK"
     server.routes[TREE_PATH] = (200, files[:50], {"Link": '<%s%s>; rel="next"' % (server.endpoint, second)})
     server.routes[second] = (200, files[50:])
-    proc, out = play(tmp_path, {"vllm_preflight_hub_endpoint": server.endpoint})
+    proc, out = play(tmp_path, {"fleet_vllm_controller_hub_endpoint": server.endpoint})
 
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert server.requests == [(TREE_PATH, "Bearer " + TOKEN), (second, "Bearer " + TOKEN)]
@@ -224,7 +224,7 @@ def test_a_listing_of_several_pages_is_read_to_its_end(tmp_path, hub):
 
 def test_a_given_size_skips_the_hub_and_too_few_gpus_fail(tmp_path, hub):
     server = hub({})
-    proc, out = play(tmp_path, {"vllm_preflight_hub_endpoint": server.endpoint, "vllm_preflight_model_size_bytes": GB},
+    proc, out = play(tmp_path, {"fleet_vllm_controller_hub_endpoint": server.endpoint, "vllm_preflight_model_size_bytes": GB},
                      scenario="rtx-pro-6000-ws-x4")
 
     assert proc.returncode == 2
@@ -233,13 +233,13 @@ def test_a_given_size_skips_the_hub_and_too_few_gpus_fail(tmp_path, hub):
     for result in results(out, "Check the host against what vLLM and the model need").values():
         assert result["measured"]["disk"]["model_size_bytes"] == GB
         assert result["problems"] == [
-            "8 GPUs needed for vllm_preflight_tensor_parallel_size=8 x vllm_preflight_pipeline_parallel_size=1, this "
+            "8 GPUs needed for fleet_vllm_tensor_parallel_size=8 x vllm_preflight_pipeline_parallel_size=1, this "
             "host has 4: lower them or use another host"]
 
 
 def test_settings_the_specs_cannot_check_fail_first_with_what_to_do(tmp_path, hub):
     server = hub({})
-    proc, out = play(tmp_path, {"vllm_preflight_hub_endpoint": server.endpoint, "vllm_preflight_tensor_parallel_size": 0,
+    proc, out = play(tmp_path, {"fleet_vllm_controller_hub_endpoint": server.endpoint, "fleet_vllm_tensor_parallel_size": 0,
                                 "vllm_preflight_nccl_env": {"NCCL_PROTO": "LL", "CUDA_VISIBLE_DEVICES": "0"}})
 
     assert proc.returncode == 2 and server.requests == []
@@ -247,12 +247,12 @@ def test_settings_the_specs_cannot_check_fail_first_with_what_to_do(tmp_path, hu
     assert sorted(failed) == list(HOSTS)
     for result in failed.values():
         assert result["msg"] == (
-            "vllm_preflight_tensor_parallel_size is 0: set it to the number of GPUs one model replica spans (1 or "
+            "fleet_vllm_tensor_parallel_size is 0: set it to the number of GPUs one model replica spans (1 or "
             "more); vllm_preflight_nccl_env holds CUDA_VISIBLE_DEVICES: it is for NCCL_* variables only")
     assert results(out, "Check the host against what vLLM and the model need") == {}
 
 
-OWNER_NAME = "To read the model's size from the Hub, vllm_preflight_model_repo must be owner/name (%s)"
+OWNER_NAME = "To read the model's size from the Hub, fleet_vllm_model_repo must be owner/name (%s)"
 
 
 @pytest.mark.parametrize("repo, accepted", [
@@ -267,8 +267,8 @@ def test_a_repo_id_with_an_s_is_owner_name(tmp_path, hub, repo, accepted):
     files, total = listing(2, 10 * 1024 * 1024)
     tree = "/api/models/%s/tree/main?recursive=true" % repo
     server = hub({tree: (200, files)})
-    proc, out = play(tmp_path, {"vllm_preflight_hub_endpoint": server.endpoint, "vllm_preflight_model_repo": repo,
-                                "vllm_preflight_model_dir": str(tmp_path / "models" / repo.replace("/", "--"))})
+    proc, out = play(tmp_path, {"fleet_vllm_controller_hub_endpoint": server.endpoint, "fleet_vllm_model_repo": repo,
+                                "fleet_vllm_pristine_dir": str(tmp_path / "models" / repo.replace("/", "--"))})
 
     inputs = results(out, "Check the settings that argument specs cannot express")
     assert sorted(inputs) == list(HOSTS)
@@ -292,18 +292,18 @@ def test_argument_specs_mirror_the_defaults_key_for_key():
     for name, spec in options.items():
         assert spec["default"] == defaults[name], name
         assert spec["description"], name
-    assert options["vllm_preflight_hf_token"].get("no_log") is True
+    assert options["fleet_vllm_hf_token"].get("no_log") is True
 
 
 def test_a_token_never_goes_to_a_plain_http_endpoint_unless_allowed(tmp_path):
     """Issue 14 point 10: with a token, an http:// hub endpoint is refused before any request (the listing task does
     not run), naming both variables and fleet_vllm_hf_token_over_http, which allows it for a trusted site mirror."""
-    run, out = play(tmp_path, {"vllm_preflight_hub_endpoint": "http://127.0.0.1:9", "fleet_vllm_hf_token_over_http": False})
+    run, out = play(tmp_path, {"fleet_vllm_controller_hub_endpoint": "http://127.0.0.1:9", "fleet_vllm_hf_token_over_http": False})
     assert run.rc != 0
     failed = [r for name in HOSTS for r in [results(out, "Check the settings that argument specs cannot express").get(name, {})]
               if r.get("failed")]
     assert failed, run.stdout[-3000:]
-    assert all(word in failed[0]["msg"] for word in ("vllm_preflight_hf_token", "vllm_preflight_hub_endpoint",
+    assert all(word in failed[0]["msg"] for word in ("fleet_vllm_hf_token", "fleet_vllm_controller_hub_endpoint",
                                                      "fleet_vllm_hf_token_over_http")), failed[0]["msg"]
     assert results(out, "List the files of the model revision") == {}
     assert TOKEN not in run.stdout + run.stderr

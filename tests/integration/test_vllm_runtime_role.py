@@ -125,7 +125,7 @@ def play(base, *flags, playbook=PLAYBOOK, uv=None, inventory=None, **extra):
     if inventory:
         return _run(playbook, ["-i", str(inventory), "-e", json.dumps({"fleet_vllm_test_hosts": "all"}), *flags], path)
     variables = {
-        "vllm_runtime_base_dir": str(base),
+        "fleet_vllm_runtime_dir": str(base),
         "vllm_runtime_source": "wheelhouse",
         "vllm_runtime_installer": "pip",
     }
@@ -304,7 +304,7 @@ def test_bad_input_fails_before_anything_changes(tmp_path):
     hosts = {}
     for name, (extra, _variable) in BAD_INPUT.items():
         variables = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-                     "vllm_runtime_base_dir": str(tmp_path / name), "vllm_runtime_source": "wheelhouse"}
+                     "fleet_vllm_runtime_dir": str(tmp_path / name), "vllm_runtime_source": "wheelhouse"}
         variables.update(extra)
         hosts[name] = variables
     inventory = tmp_path / "inventory.json"
@@ -403,7 +403,7 @@ def test_index_credentials_stay_off_argv_results_and_marker(tmp_path, python312,
     # would be in ps because of this test, not of the collection).
     variables = tmp_path / "vars.json"
     variables.touch(mode=0o600)
-    variables.write_text(json.dumps(dict(common, vllm_runtime_base_dir=str(base), vllm_runtime_version=V2)))
+    variables.write_text(json.dumps(dict(common, fleet_vllm_runtime_dir=str(base), vllm_runtime_version=V2)))
     run = run_playbook(PLAYBOOK, "-e", "@%s" % variables, path=[uv_path] if installer == "uv" else [], timeout=300)
     tasks = {t["task"]["name"].split(" : ")[-1]: t["hosts"].get("localhost", {}) for t in run.out["plays"][0]["tasks"]}
     assert run.rc == 0, json.dumps(tasks.get(INSTALL))[-3000:]
@@ -420,7 +420,7 @@ def test_index_credentials_stay_off_argv_results_and_marker(tmp_path, python312,
 
     if installer == "pip":
         # A failed install: its message and output name the index without the password.
-        variables.write_text(json.dumps(dict(common, vllm_runtime_base_dir=str(tmp_path / "b2"), vllm_runtime_version="0.18.0")))
+        variables.write_text(json.dumps(dict(common, fleet_vllm_runtime_dir=str(tmp_path / "b2"), vllm_runtime_version="0.18.0")))
         run = run_playbook(PLAYBOOK, "-e", "@%s" % variables, timeout=300)
         assert run.rc != 0
         failed = [t["hosts"]["localhost"] for t in run.out["plays"][0]["tasks"] if t["hosts"].get("localhost", {}).get("failed")]

@@ -26,12 +26,12 @@ def play(playbook, **extra):
 
 
 @pytest.mark.parametrize("variables, words", [
-    ({"vllm_server_tensor_parallel_size": 3}, ["vllm_server_tensor_parallel_size is 3", "8 GPUs"]),
-    ({"vllm_server_tensor_parallel_size": 16}, ["vllm_server_tensor_parallel_size is 16", "8 GPUs"]),
+    ({"fleet_vllm_tensor_parallel_size": 3}, ["fleet_vllm_tensor_parallel_size is 3", "8 GPUs"]),
+    ({"fleet_vllm_tensor_parallel_size": 16}, ["fleet_vllm_tensor_parallel_size is 16", "8 GPUs"]),
     ({"vllm_server_port": 70000}, ["vllm_server_port is 70000", "1 to 65535"]),
     ({"vllm_server_port": "http"}, ["vllm_server_port is http"]),
-    ({"vllm_server_kv_cache_dtype": "float16"}, ["vllm_server_kv_cache_dtype is float16", "#54338"]),
-    ({"vllm_server_model_path": ""}, ["vllm_server_model_path"]),
+    ({"fleet_vllm_kv_cache_dtype": "float16"}, ["fleet_vllm_kv_cache_dtype is float16", "#54338"]),
+    ({"fleet_vllm_served_model_path": ""}, ["fleet_vllm_served_model_path"]),
     ({"vllm_server_extra_args": {"api_key": "s3cret"}}, ["vllm_server_extra_args", "--api-key"]),
     # An existing account that is not a system account (nobody: uid 65534, above SYS_UID_MAX) is not taken over.
     ({"vllm_server_user": "nobody"}, ["vllm_server_user is 'nobody'", "uid 65534", "not a system account",
@@ -45,8 +45,8 @@ def play(playbook, **extra):
     # Issue 14 point 5: values that reach the unit may not add lines to it.
     ({"vllm_server_served_model_name": "kimi\nExecStartPost=+/bin/touch /tmp/pwned"},
      ["vllm_server_served_model_name", "control character"]),
-    ({"vllm_server_nccl_env_file": "/etc/fleet-vllm/nccl.env\nExecStartPost=+/bin/true"},
-     ["vllm_server_nccl_env_file", "control character"]),
+    ({"fleet_vllm_nccl_env_file": "/etc/fleet-vllm/nccl.env\nExecStartPost=+/bin/true"},
+     ["fleet_vllm_nccl_env_file", "control character"]),
     ({"vllm_server_restart_sec": "30\nExecStartPost=+/bin/true"}, ["vllm_server_restart_sec"]),
     ({"vllm_server_group": "vllm\nExecStartPost=+/bin/true"}, ["vllm_server_group is"]),
     ({"vllm_server_user": "vllm\n"}, ["vllm_server_user is"]),
@@ -54,8 +54,8 @@ def play(playbook, **extra):
 ])
 def test_bad_input_fails_before_anything_changes(variables, words):
     user = "fleet-vllm-test-never"
-    extra = {"vllm_server_model_path": "/srv/models/kimi", "vllm_server_user": user,
-             "vllm_server_env_dir": "/nonexistent-fleet-vllm/etc", "vllm_server_state_dir": "/nonexistent-fleet-vllm/state"}
+    extra = {"fleet_vllm_served_model_path": "/srv/models/kimi", "vllm_server_user": user,
+             "vllm_server_env_dir": "/nonexistent-fleet-vllm/etc", "fleet_vllm_state_dir": "/nonexistent-fleet-vllm/state"}
     extra.update(variables)
     rc, stats, tasks = play("vllm_server.yml", **extra)
     assert rc != 0 and stats["failures"] == 1 and stats["changed"] == 0
@@ -77,8 +77,8 @@ def test_rendered_unit_passes_systemd_analyze_verify(tmp_path):
     python.symlink_to(sys.executable)
     unit = tmp_path / "render" / "vllm.service"
     unit.parent.mkdir()
-    rc, stats, tasks = play("vllm_server_unit.yml", unit_dest=str(unit), vllm_server_python=str(python),
-                            vllm_server_model_path="/srv/models/Kimi K2.5 100%",
+    rc, stats, tasks = play("vllm_server_unit.yml", unit_dest=str(unit), fleet_vllm_python=str(python),
+                            fleet_vllm_served_model_path="/srv/models/Kimi K2.5 100%",
                             vllm_server_extra_args={"hf_overrides": {"note": "a $b"}})
     assert rc == 0, tasks
     text = unit.read_text()
@@ -119,8 +119,8 @@ def test_sandbox_settings_render_and_verify(tmp_path):
     python.symlink_to(sys.executable)
     unit = tmp_path / "render" / "vllm.service"
     unit.parent.mkdir()
-    rc, stats, tasks = play("vllm_server_unit.yml", unit_dest=str(unit), vllm_server_python=str(python),
-                            vllm_server_model_path="/srv/models/kimi",
+    rc, stats, tasks = play("vllm_server_unit.yml", unit_dest=str(unit), fleet_vllm_python=str(python),
+                            fleet_vllm_served_model_path="/srv/models/kimi",
                             vllm_server_device_allow=["char-nvidia* rw", "/dev/infiniband/uverbs0 rw"],
                             vllm_server_read_write_paths=["/srv/cache", "-/var/cache/vllm"],
                             vllm_server_hardening_overrides={"SystemCallFilter": None, "ProtectProc": "noaccess",
@@ -157,8 +157,8 @@ def test_odd_values_reach_the_unit_literally(tmp_path):
     name = 'Kimi "K2.5" 100%q $HOME \\back ünïcode'
     unit = tmp_path / "render" / "vllm.service"
     unit.parent.mkdir()
-    rc, stats, tasks = play("vllm_server_unit.yml", unit_dest=str(unit), vllm_server_python=str(python),
-                            vllm_server_served_model_name=name, vllm_server_nccl_env_file=str(nccl))
+    rc, stats, tasks = play("vllm_server_unit.yml", unit_dest=str(unit), fleet_vllm_python=str(python),
+                            vllm_server_served_model_name=name, fleet_vllm_nccl_env_file=str(nccl))
     assert rc == 0, tasks
     lines = unit.read_text().splitlines()
     assert "Description=vLLM OpenAI-compatible server (%s)" % name.replace("%", "%%") in lines
@@ -180,7 +180,7 @@ def test_odd_values_reach_the_unit_literally(tmp_path):
 def test_a_newline_never_reaches_the_unit(tmp_path):
     """The template refuses by itself, naming the variable, even where the role's checks did not run."""
     unit = tmp_path / "vllm.service"
-    rc, stats, tasks = play("vllm_server_unit.yml", unit_dest=str(unit), vllm_server_python="/opt/vllm/bin/python",
+    rc, stats, tasks = play("vllm_server_unit.yml", unit_dest=str(unit), fleet_vllm_python="/opt/vllm/bin/python",
                             vllm_server_served_model_name="kimi\nExecStartPost=+/bin/true")
     assert rc != 0 and not unit.exists()
     msg = [r for dummy, r in tasks if r.get("failed")][0]["msg"]
@@ -257,6 +257,6 @@ def test_the_server_gets_a_token_only_when_asked(tmp_path):
                              ['HF_TOKEN="hf_asked"', 'VLLM_API_KEY="k"'])):
         secrets = tmp_path / "secrets.env"
         rc, stats, tasks = play("vllm_server_unit.yml", unit_dest=str(tmp_path / "vllm.service"), secrets_dest=str(secrets),
-                                vllm_server_python=str(python), vllm_server_api_key="k", **extra)
+                                fleet_vllm_python=str(python), vllm_server_api_key="k", **extra)
         assert rc == 0, tasks
         assert secrets.read_text().splitlines() == expected

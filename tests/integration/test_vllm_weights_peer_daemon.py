@@ -58,7 +58,7 @@ def render_rsyncd_conf(base, networks, pristine=None):
     return env.get_template("rsyncd.conf.j2").render(
         ansible_managed="rendered by " + __name__, vllm_weights_peer_max_connections=SLOTS,
         __vllm_weights_rsyncd_lock=str(base / "run" / "rsyncd.lock"), __vllm_weights_rsync_module=MODULE,
-        vllm_weights_pristine_dir=str(pristine or base / "seed" / "pristine" / REPO_DIR), __vllm_weights_peer_networks=networks)
+        fleet_vllm_pristine_dir=str(pristine or base / "seed" / "pristine" / REPO_DIR), __vllm_weights_peer_networks=networks)
 
 
 @pytest.fixture(scope="module")
@@ -223,12 +223,12 @@ def test_a_snapshot_under_a_path_with_percent_signs_and_unicode_is_served(base, 
 
 
 @pytest.mark.parametrize("pristine, words", [
-    ("/srv/models\n[root]\npath = /\n/pristine/" + REPO_DIR, ["vllm_weights_pristine_dir", "newline"]),
-    ("/srv/models\\/" + REPO_DIR, ["vllm_weights_pristine_dir", "backslash"]),
-    ("/srv/models\r/" + REPO_DIR, ["vllm_weights_pristine_dir", "carriage return"]),
+    ("/srv/models\n[root]\npath = /\n/pristine/" + REPO_DIR, ["fleet_vllm_pristine_dir", "newline"]),
+    ("/srv/models\\/" + REPO_DIR, ["fleet_vllm_pristine_dir", "backslash"]),
+    ("/srv/models\r/" + REPO_DIR, ["fleet_vllm_pristine_dir", "carriage return"]),
 ])
 def test_rsyncd_conf_refuses_a_path_that_would_add_lines(base, pristine, words):
-    """A newline in vllm_weights_pristine_dir wrote a module of its own (here [root] serving /); %HOME% made rsyncd
+    """A newline in fleet_vllm_pristine_dir wrote a module of its own (here [root] serving /); %HOME% made rsyncd
     serve root's home directory."""
     with pytest.raises(AnsibleFilterError) as err:
         render_rsyncd_conf(base, ["127.0.0.0/8"], pristine)

@@ -75,7 +75,7 @@ def fleet(tmp_path_factory, hub_wheels):
         )
     inventory = base / "hosts.yml"
     inventory.write_text(yaml.safe_dump({"all": {"children": {"vllm_servers": {"hosts": hostvars}}, "vars": dict(
-        vllm_weights_endpoint=hub.url, vllm_weights_retry_delay=1, vllm_weights_progress_every=5,
+        fleet_vllm_hub_endpoint=hub.url, vllm_weights_retry_delay=1, vllm_weights_progress_every=5,
         vllm_weights_pip_extra_args=["--no-index", "--find-links", str(hub_wheels)],
     )}}))
     time.sleep(0.5)
@@ -164,7 +164,7 @@ def test_peer_fleet_fetches_once_and_onboards_from_a_peer(fleet):
 
     # Pinned to the commit, a complete fleet is checked without a single request to the hub.
     hub.clear_log()
-    pinned = play(fleet, vllm_weights_revision=fleet["commit"])
+    pinned = play(fleet, fleet_vllm_model_revision=fleet["commit"])
     assert pinned.rc == 0 and all(pinned.stats(h)["changed"] == 0 for h in HOSTS)
     assert hub.requests == []
 
@@ -184,23 +184,23 @@ def test_shared_storage_is_verified_and_never_written(fleet):
     assert play(fleet, "--limit", "node1").rc == 0
     shared = fleet["base"] / "node1" / "pristine" / REPO.replace("/", "--")
     before = sorted((p.name, p.stat().st_mtime_ns) for p in (shared / fleet["commit"]).iterdir())
-    switch = play(fleet, "--limit", "node2", vllm_weights_source="shared", vllm_weights_pristine_dir=str(shared),
-                  vllm_weights_revision=fleet["commit"])
+    switch = play(fleet, "--limit", "node2", vllm_weights_source="shared", fleet_vllm_pristine_dir=str(shared),
+                  fleet_vllm_model_revision=fleet["commit"])
     assert switch.rc == 0, switch.stdout[-3000:]
     shard = served(fleet, "node2") / "model-00001-of-00004.safetensors"
     assert Path(os.readlink(shard)) == shared / fleet["commit"] / shard.name
-    run = play(fleet, "--limit", "node2", vllm_weights_source="shared", vllm_weights_pristine_dir=str(shared),
-               vllm_weights_revision=fleet["commit"])
+    run = play(fleet, "--limit", "node2", vllm_weights_source="shared", fleet_vllm_pristine_dir=str(shared),
+               fleet_vllm_model_revision=fleet["commit"])
     assert run.rc == 0 and run.stats("node2")["changed"] == 0, [
         (name, r.get("msg")) for name, r in run.task_list("node2") + run.task_list("node2", 1) if r.get("changed") or r.get("failed")]
     assert before == sorted((p.name, p.stat().st_mtime_ns) for p in (shared / fleet["commit"]).iterdir())
 
 
 def test_unknown_revision_says_what_to_set(fleet):
-    # (A gated repository without a token names vllm_weights_hf_token: tests/unit/plugins/modules/test_hf_snapshot.py.)
-    bad = play(fleet, "--limit", "node1", vllm_weights_revision="no-such-branch")
+    # (A gated repository without a token names fleet_vllm_hf_token: tests/unit/plugins/modules/test_hf_snapshot.py.)
+    bad = play(fleet, "--limit", "node1", fleet_vllm_model_revision="no-such-branch")
     assert bad.rc != 0
-    assert any("vllm_weights_revision" in m for m in messages(bad, "node1")), bad.stdout[-3000:]
+    assert any("fleet_vllm_model_revision" in m for m in messages(bad, "node1")), bad.stdout[-3000:]
 
 
 def tree(path):
@@ -274,9 +274,9 @@ def test_a_token_never_goes_to_a_plain_http_endpoint_unless_allowed(fleet):
     """Issue 14 point 10: the test hub is http://; with a token and without fleet_vllm_hf_token_over_http the role
     stops before it asks the hub anything, naming both variables and the one that allows it."""
     asked = len(fleet["hub"].requests)
-    bad = play(fleet, "--limit", "node1", vllm_weights_hf_token="hf_s3cret_never_sent")
+    bad = play(fleet, "--limit", "node1", fleet_vllm_hf_token="hf_s3cret_never_sent")
     assert bad.rc != 0
-    found = [m for m in messages(bad, "node1") if "vllm_weights_hf_token" in m]
-    assert found and all(word in found[0] for word in ("vllm_weights_endpoint", "fleet_vllm_hf_token_over_http")), found
+    found = [m for m in messages(bad, "node1") if "fleet_vllm_hf_token" in m]
+    assert found and all(word in found[0] for word in ("fleet_vllm_hub_endpoint", "fleet_vllm_hf_token_over_http")), found
     assert len(fleet["hub"].requests) == asked
     assert "hf_s3cret_never_sent" not in bad.stdout + bad.stderr

@@ -77,7 +77,7 @@ def test_the_walk_finds_what_a_playbook_reads():
 
 
 def test_role_variables_are_found():
-    assert {"vllm_server_port", "vllm_weights_repo", "vllm_nccl_env"} <= role_variables()
+    assert {"vllm_server_port", "vllm_weights_source", "vllm_nccl_allowed_extra"} <= role_variables()
 
 
 @pytest.mark.parametrize("playbook", [p.relative_to(ROOT).as_posix() for p in PLAYBOOKS])

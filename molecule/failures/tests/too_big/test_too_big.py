@@ -15,7 +15,7 @@ def test_the_play_failed_in_preflight_naming_the_fix():
     run = fleet.load_run("too_big")
     assert run["rc"] != 0
     output = run["output_tail"]
-    assert "vllm_preflight_model_dir" in output and "free" in output, output[-3000:]
+    assert "fleet_vllm_pristine_dir" in output and "free" in output, output[-3000:]
     for name in fleet.instances():
         assert run["recap"][name]["failed"] == 1, run["recap"]
 

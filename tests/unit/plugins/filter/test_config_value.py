@@ -55,8 +55,8 @@ def test_rsyncd_takes_percent_signs_that_name_no_variable_as_they_are(value, exp
 @pytest.mark.parametrize("value", ["/srv/%HOME%/m", "/srv/%RSYNC_USER_NAME%", "/srv/%H a%"])
 def test_rsyncd_refuses_what_it_would_expand(value):
     with pytest.raises(AnsibleFilterError) as err:
-        config_value(value, variable="vllm_weights_pristine_dir", syntax="rsyncd")
-    assert "vllm_weights_pristine_dir" in str(err.value) and "environment variable" in str(err.value)
+        config_value(value, variable="fleet_vllm_pristine_dir", syntax="rsyncd")
+    assert "fleet_vllm_pristine_dir" in str(err.value) and "environment variable" in str(err.value)
 
 
 def test_rsyncd_refuses_line_breaks_too():

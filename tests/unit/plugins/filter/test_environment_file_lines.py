@@ -15,7 +15,7 @@ SECRETS = {"NCCL_IB_PASSWORD": "keep secrets out of the NCCL file"}
 
 def nccl(env, **kwargs):
     kwargs = dict(dict(defaults=NCCL_DEFAULTS, allowed=["NCCL_*", "CUDA_DEVICE_MAX_CONNECTIONS"], denied=SECRETS,
-                       variable="vllm_nccl_env"), **kwargs)
+                       variable="fleet_vllm_nccl_env"), **kwargs)
     return environment_file_lines(env, **kwargs)
 
 
@@ -48,22 +48,22 @@ def test_without_defaults_or_allowed_list_every_valid_name_is_taken():
 
 def test_an_allowed_name_needs_the_whole_name_or_a_prefix_pattern():
     assert nccl_error({"NCCL": 1, "CUDA_DEVICE_MAX_CONNECTIONSX": 2}) == (
-        "vllm_nccl_env holds CUDA_DEVICE_MAX_CONNECTIONSX, NCCL, which is not allowed here: use names matching NCCL_*, "
+        "fleet_vllm_nccl_env holds CUDA_DEVICE_MAX_CONNECTIONSX, NCCL, which is not allowed here: use names matching NCCL_*, "
         "CUDA_DEVICE_MAX_CONNECTIONS (add a documented variable to the allowed list if it is really needed)")
 
 
 @pytest.mark.parametrize("env, message", [
-    (["NCCL_DEBUG=INFO"], "vllm_nccl_env must be a dict of NAME: value, got ['NCCL_DEBUG=INFO']"),
+    (["NCCL_DEBUG=INFO"], "fleet_vllm_nccl_env must be a dict of NAME: value, got ['NCCL_DEBUG=INFO']"),
     ({"NCCL-DEBUG": 1, "1NCCL": 2, "NCCL DEBUG": 3},
-     "vllm_nccl_env holds 1NCCL, NCCL DEBUG, NCCL-DEBUG: an environment variable name is letters, digits and "
+     "fleet_vllm_nccl_env holds 1NCCL, NCCL DEBUG, NCCL-DEBUG: an environment variable name is letters, digits and "
      "underscores, not starting with a digit"),
-    ({"NCCL_IB_PASSWORD": "x"}, "vllm_nccl_env holds NCCL_IB_PASSWORD: keep secrets out of the NCCL file"),
-    ({"NCCL_DEBUG": ["INFO"]}, "vllm_nccl_env: NCCL_DEBUG is ['INFO']; give a single value"),
-    ({"NCCL_DEBUG": {"a": 1}}, "vllm_nccl_env: NCCL_DEBUG is {'a': 1}; give a single value"),
-    ({"NCCL_DEBUG": ("INFO",)}, "vllm_nccl_env: NCCL_DEBUG is ('INFO',); give a single value"),
-    ({"NCCL_DEBUG": "a\nb"}, "vllm_nccl_env: NCCL_DEBUG contains a line break or NUL, which an environment file cannot carry"),
-    ({"NCCL_DEBUG": "a\rb"}, "vllm_nccl_env: NCCL_DEBUG contains a line break or NUL, which an environment file cannot carry"),
-    ({"NCCL_DEBUG": "a\x00b"}, "vllm_nccl_env: NCCL_DEBUG contains a line break or NUL, which an environment file cannot carry"),
+    ({"NCCL_IB_PASSWORD": "x"}, "fleet_vllm_nccl_env holds NCCL_IB_PASSWORD: keep secrets out of the NCCL file"),
+    ({"NCCL_DEBUG": ["INFO"]}, "fleet_vllm_nccl_env: NCCL_DEBUG is ['INFO']; give a single value"),
+    ({"NCCL_DEBUG": {"a": 1}}, "fleet_vllm_nccl_env: NCCL_DEBUG is {'a': 1}; give a single value"),
+    ({"NCCL_DEBUG": ("INFO",)}, "fleet_vllm_nccl_env: NCCL_DEBUG is ('INFO',); give a single value"),
+    ({"NCCL_DEBUG": "a\nb"}, "fleet_vllm_nccl_env: NCCL_DEBUG contains a line break or NUL, which an environment file cannot carry"),
+    ({"NCCL_DEBUG": "a\rb"}, "fleet_vllm_nccl_env: NCCL_DEBUG contains a line break or NUL, which an environment file cannot carry"),
+    ({"NCCL_DEBUG": "a\x00b"}, "fleet_vllm_nccl_env: NCCL_DEBUG contains a line break or NUL, which an environment file cannot carry"),
 ])
 def test_errors_in_full(env, message):
     assert nccl_error(env) == message

@@ -84,8 +84,8 @@ def test_an_error_names_the_request_and_what_to_check_and_never_the_token(hub):
         "Cannot resolve %s at revision main from %s (GET %s): HTTP 404 Not Found. Check the endpoint, the repository, "
         "the revision and, for a gated or private model, the token." % (REPO, server.endpoint, url))
     with pytest.raises(AnsibleLookupError) as error:
-        lookup(REPO, revision="main", endpoint=server.endpoint, hint="Check vllm_weights_endpoint.")
-    assert str(error.value).endswith("HTTP 404 Not Found. Check vllm_weights_endpoint.")
+        lookup(REPO, revision="main", endpoint=server.endpoint, hint="Check fleet_vllm_hub_endpoint.")
+    assert str(error.value).endswith("HTTP 404 Not Found. Check fleet_vllm_hub_endpoint.")
     assert TOKEN not in str(error.value)
 
 

@@ -27,7 +27,7 @@ REMEDY_ATTENTION = (
     "`ansible-playbook deploy.yml --tags kv_cache,server` (`--tags runtime,kv_cache,server` with a new commit). Never use "
     "`--kv-cache-dtype float16` for this bf16 model: it silently produces garbage.")
 REMEDY_NCCL = (
-    "Read the topology with `nvidia-smi topo -m`; set `vllm_nccl_env` with `NCCL_P2P_DISABLE: \"1\"` (the documented "
+    "Read the topology with `nvidia-smi topo -m`; set `fleet_vllm_nccl_env` with `NCCL_P2P_DISABLE: \"1\"` (the documented "
     "fallback), or lower `NCCL_P2P_LEVEL` in it to what the topology supports, and run "
     "`ansible-playbook deploy.yml --tags nccl,server`. The lasting fix is to disable ACS in the BIOS and the IOMMU (or set "
     "iommu=pt) on the kernel command line.")
@@ -527,7 +527,7 @@ def test_engine_unhealthy_behind_a_healthy_health_in_full():
         "while the engine core is dead or stuck, which /health does not see (vLLM issue #39863).",
         "Restart the service (`systemctl restart vllm-b.service`; loading the model again takes many minutes), then confirm "
         "with `ansible-playbook playbooks/verify.yml`; fleet.vllm.vllm_gateway's gateways take such a host out of rotation "
-        "by their completion check. If it recurs, the engine usually hangs in NCCL: set `vllm_nccl_env` with "
+        "by their completion check. If it recurs, the engine usually hangs in NCCL: set `fleet_vllm_nccl_env` with "
         "`NCCL_P2P_DISABLE: \"1\"` and run `%s --tags nccl,server`." % DEPLOY,
         dict(timeout=7, model="kimi", completion_status=None, hang=True))]
 
