@@ -37,15 +37,11 @@ attributes:
   action:
     support: full
     description: An action plugin; it runs on the controller.
-  check_mode:
-    support: full
-    description: It only reads, in check mode as without it.
-  diff_mode:
-    support: none
-    description: Nothing changes, so there is nothing to show.
   platform:
+    support: full
     platforms: all
     description: Runs on the controller.
+extends_documentation_fragment: [fleet.vllm.attributes.read_only]
 """
 
 EXAMPLES = r"""
