@@ -85,10 +85,18 @@ def children_env():
         "LC_ALL", "PYTHONIOENCODING", "PYTHONDONTWRITEBYTECODE"))
 
 
-def test_the_environment_without_a_token_sends_none(tmp_path):
-    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "HF_HUB_DISABLE_XET", "HF_HUB_ENABLE_HF_TRANSFER",
-                 "HF_HUB_DISABLE_IMPLICIT_TOKEN", "HF_HUB_SOMETHING_ELSE"):
+INHERITED = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "HF_HUB_DISABLE_XET", "HF_HUB_ENABLE_HF_TRANSFER",
+             "HF_HUB_DISABLE_IMPLICIT_TOKEN", "HF_HUB_SOMETHING_ELSE") + tuple(BASE_ENV)
+
+
+def inherit():
+    """The module's own environment, as a host may give it: every variable the children's is made of set."""
+    for name in INHERITED:
         os.environ[name] = "inherited"
+
+
+def test_the_environment_without_a_token_sends_none(tmp_path):
+    inherit()
     child, module = transport(tmp_path, endpoint="http://mirror:8090/hub//", request_timeout=42)
     child.environment()
     assert children_env() == dict(BASE_ENV, HF_HOME=os.path.join(module.params["dest"], ".hf-home"),
@@ -96,11 +104,18 @@ def test_the_environment_without_a_token_sends_none(tmp_path):
 
 
 def test_the_environment_with_a_token_and_without_xet(tmp_path):
+    inherit()
     child, module = transport(tmp_path, endpoint="http://mirror:8090/hub", request_timeout=42, token=TOKEN, disable_xet=True)
     assert child.xet_disabled is True
     child.environment()
     assert children_env() == dict(BASE_ENV, HF_HOME=os.path.join(module.params["dest"], ".hf-home"), HF_TOKEN=TOKEN,
-                                  HF_HUB_DISABLE_XET="1")
+                                  HF_HUB_DISABLE_XET="1", HF_HUB_SOMETHING_ELSE="inherited")
+
+
+def test_the_endpoint_loses_its_trailing_slashes_only(tmp_path):
+    child, _module = transport(tmp_path, endpoint="http://mirror:8090/X//")
+    child.environment()
+    assert os.environ["HF_ENDPOINT"] == "http://mirror:8090/X"
     # After a stall the module turns Xet off for the next children.
     child, module = transport(tmp_path, endpoint="http://mirror:8090/hub", request_timeout=42)
     assert child.xet_disabled is False
@@ -160,11 +175,14 @@ def test_a_child_that_cannot_start(tmp_path, question, what):
     def cannot(argv, options):
         raise OSError(2, "No such file or directory")
 
+    def cannot_say_why(argv, options):
+        raise OSError("no strerror")
+
     module.answers.append(cannot)
     with pytest.raises(Failure) as caught:
         child.run_child(question, "t")
     assert str(caught.value) == "cannot run %s: No such file or directory" % what
-    module.answers.append(lambda argv, options: (_ for _ in ()).throw(OSError("no strerror")))
+    module.answers.append(cannot_say_why)
     with pytest.raises(Failure) as caught:
         child.run_child(question, "t")
     assert str(caught.value) == "cannot run %s: no strerror" % what
@@ -208,6 +226,13 @@ def test_the_watchdog_runs_while_the_child_runs(tmp_path):
 def test_what_a_child_answered(tmp_path, rc, stdout, stderr, answer):
     child, _module = transport(tmp_path)
     assert child.answer_of(rc, stdout, stderr) == answer
+
+
+def test_bytes_that_are_not_utf8(tmp_path):
+    child, _module = transport(tmp_path)
+    assert child.answer_of(0, b'\xff\xfe noise\n{"path": "/x"}\n', b"") == dict(path="/x")
+    message = child.answer_of(1, b"\xff\n", b"bad \xff byte")["error"]["message"]
+    assert message == "%s exited with code 1 without an answer: bad \udcff byte" % sys.executable
 
 
 def test_a_long_stderr_keeps_its_end(tmp_path):
@@ -325,7 +350,11 @@ def watch(tmp_path, monkeypatch, sizes, polls, total=10000, **params):
     (the fields of each record) and what it did to the process."""
     clock = Clock(polls)
     monkeypatch.setattr(_child_transport, "time", SimpleNamespace(time=clock.time))
-    monkeypatch.setattr(_child_transport.snap, "bytes_on_disk", lambda directory: sizes(int(clock.now - 1000.0)))
+    def bytes_on_disk(directory):
+        assert directory == str(tmp_path)
+        return sizes(int(clock.now - 1000.0))
+
+    monkeypatch.setattr(_child_transport.snap, "bytes_on_disk", bytes_on_disk)
     run = SnapshotRun(FakeModule(tmp_path, **params))
     written = []
     monkeypatch.setattr(run, "write_progress", lambda **fields: written.append((int(clock.now - 1000.0), fields)))
@@ -350,6 +379,25 @@ def test_the_rate_is_of_the_last_half_minute(tmp_path, monkeypatch):
                                                  progress_interval=40, stall_timeout=300)
     assert written == [(40, dict(bytes_done=40000, rate_bytes_per_second=1000.0, eta_seconds=10)),
                        (80, dict(bytes_done=40400, rate_bytes_per_second=10.0, eta_seconds=960))]
+
+
+def test_the_rate_window_starts_31_seconds_back(tmp_path, monkeypatch):
+    """The oldest sample kept is the last one older than RATE_WINDOW: here 49 s at 80 s, when the bytes at 48, 49,
+    50 and 79 s all differ."""
+    def sizes(t):
+        if t <= 40:
+            return 1000 * t
+        return {49: 40100, 50: 40300}.get(t, 40000 if t < 49 else 40300 + 10 * (t - 50))
+
+    _watchdog, _process, written, _clock = watch(tmp_path, monkeypatch, sizes, polls=80, total=50000,
+                                                 progress_interval=40, stall_timeout=300)
+    assert written[1] == (80, dict(bytes_done=40600, rate_bytes_per_second=500 / 31, eta_seconds=582))
+
+
+def test_no_rate_while_the_bytes_on_disk_shrink(tmp_path, monkeypatch):
+    """Partial files renamed or removed: fewer bytes than a moment ago is no rate, and no ETA."""
+    _watchdog, _process, written, _clock = watch(tmp_path, monkeypatch, lambda t: 1000 - t, polls=2, progress_interval=1)
+    assert written == [(t, dict(bytes_done=1000 - t, rate_bytes_per_second=None, eta_seconds=None)) for t in (1, 2)]
 
 
 def test_bytes_beyond_the_total_and_no_rate(tmp_path, monkeypatch):

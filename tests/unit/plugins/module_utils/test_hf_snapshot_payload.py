@@ -333,6 +333,19 @@ def test_source_is_this_file():
     assert payload.source() == Path(payload.__file__).read_text()
 
 
+def test_source_reads_what_the_loader_of_its_spec_has(tmp_path, monkeypatch):
+    """In process, with the spec a zipimporter gives: the text of that name in the zip."""
+    import zipimport
+    archive = tmp_path / "ansiballz_payload.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        zipped.writestr("fleetzip/__init__.py", "")
+        zipped.writestr("fleetzip/_hf_snapshot_payload.py", "# the zipped text\n")
+        zipped.writestr("fleetzip/other.py", "# another file\n")
+    spec = zipimport.zipimporter(str(archive / "fleetzip")).find_spec("fleetzip._hf_snapshot_payload")
+    monkeypatch.setattr(payload, "__spec__", spec)
+    assert payload.source() == "# the zipped text\n"
+
+
 def test_source_is_read_from_a_zip_as_in_ansiballz(tmp_path):
     """On a host the module and its module_utils are imported from AnsiballZ's zip (zipimport): source() reads
     the file from there."""
@@ -344,7 +357,7 @@ def test_source_is_read_from_a_zip_as_in_ansiballz(tmp_path):
     code = ("import sys; sys.path.insert(0, sys.argv[1]); from fleetzip import _hf_snapshot_payload as p; "
             "assert type(p.__spec__.loader).__name__ == 'zipimporter', p.__spec__; sys.stdout.write(p.source())")
     proc = subprocess.run([sys.executable, "-I", "-c", code, str(archive)], capture_output=True, text=True, check=False,
-                          timeout=60)
+                          env={}, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == text
 
@@ -377,8 +390,9 @@ def test_bootstrap_runs_the_source_in_a_fresh_process(tmp_path):
     assert len(payload.BOOTSTRAP) < 200
     # python -c puts the working directory first on sys.path: main() takes it off before huggingface_hub is imported.
     (tmp_path / "huggingface_hub.py").write_text("raise SystemExit('imported from the working directory')\n")
+    # A fresh environment: the child has only what the test gives it.
     proc = subprocess.run([sys.executable, "-c", payload.BOOTSTRAP, str(question_file)], capture_output=True, text=True,
-                          cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=str(site.parent)), check=False, timeout=60)
+                          cwd=str(tmp_path), env=dict(PYTHONPATH=str(site.parent)), check=False, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == json.dumps(dict(commit=COMMIT, files=[], hub_version="0.0-fake")) + "\n"
     assert proc.stderr == "a warning on stdout\norg/model v1\n"

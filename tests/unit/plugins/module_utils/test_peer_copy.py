@@ -72,8 +72,9 @@ def peers(tmp_path, child=None, peer=(A, B), **params):
 
 
 def test_the_candidates_start_in_order_and_go_into_the_result(tmp_path):
-    copy = peers(tmp_path, peer=(A + "/", B))
-    assert (copy.candidates, copy.peer, copy.files, copy.problems, copy.waited) == ([A, B], None, None, [], 0.0)
+    copy = peers(tmp_path, peer=(A + "/", B, "rsync://x:8873/m/X//"))
+    assert (copy.candidates, copy.peer, copy.files, copy.problems, copy.waited) == (
+        [A, B, "rsync://x:8873/m/X"], None, None, [], 0.0)
     assert copy.run.result["peer_used"] is None and copy.run.result["peer_problems"] is copy.problems
     assert peers(tmp_path, peer=()).candidates == []
 
@@ -188,6 +189,15 @@ def test_busy_candidates_are_asked_again_and_the_absent_too(tmp_path, clock):
                              for wait in clock]
     assert copy.problems == ["%s: max connections (4) reached" % A,
                              "%s: no complete snapshot of %s at %s there (no manifest) yet" % (B, REPO, COMMIT)]
+
+
+def test_the_progress_names_three_busy_candidates_at_most(tmp_path, clock):
+    busy = [dict(error=error("busy"))]
+    d = "rsync://d:8873/m/Kimi"
+    copy = peers(tmp_path, Child(**{A: busy, B: busy, C: busy, d: busy}), peer=(A, B, C, d), peer_wait=2)
+    with pytest.raises(Failure):
+        copy.find(COMMIT)
+    assert copy.progress == [dict(state="running", message="4 peer(s) busy (%s, %s, %s), asking again in 2s" % (A, B, C))]
 
 
 def test_the_backoff_between_rounds_stops_growing(tmp_path, clock):
@@ -311,8 +321,9 @@ def test_the_last_peer_leaves_for_the_hub(tmp_path, clock):
     assert copy.run.module.warnings[0].endswith("instead: %s: Unknown module" % A)
     copy = peers(tmp_path, peer=(A,))
     copy.peer = A
-    with pytest.raises(Failure):
+    with pytest.raises(Failure) as caught:
         copy.turned_away(COMMIT, error("unreachable"))
+    assert str(caught.value).startswith("no peer will serve %s at %s: %s: unreachable says unreachable. " % (REPO, COMMIT, A))
 
 
 def test_origin(tmp_path):

@@ -71,6 +71,7 @@ def test_the_record_accumulates_fields_with_its_line_and_time(tmp_path, monkeypa
     expected = dict(state="running", bytes_done=750, bytes_total=1000, endpoint="https://u:****@mirror/x", updated=1234.5,
                     line="750 B / 1.0 KB (75%)")
     assert json.loads(record.read_text()) == expected
+    assert record.read_text() == json.dumps(expected, sort_keys=True)
     # The credentials are masked in the file only: the run keeps what it was told.
     assert run.progress_state["endpoint"] == "https://u:secret@mirror/x"
 
@@ -117,3 +118,13 @@ def test_a_record_that_cannot_be_written_is_a_warning_and_leaves_nothing(tmp_pat
     assert len(module.warnings) == 1 and module.warnings[0].startswith(
         "cannot write the progress record %s: [Errno 21] Is a directory" % target)
     assert sorted(p.name for p in directory.iterdir()) == ["progress.json"]
+
+
+def test_the_directory_of_the_record_is_made_0755(tmp_path):
+    record = tmp_path / "state" / "progress.json"
+    old_umask = os.umask(0)
+    try:
+        SnapshotRun(FakeModule(tmp_path, progress_file=str(record))).write_progress(state="running")
+    finally:
+        os.umask(old_umask)
+    assert oct(record.parent.stat().st_mode & 0o777) == "0o755" and record.exists()

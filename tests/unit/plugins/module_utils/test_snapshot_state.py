@@ -273,6 +273,37 @@ def test_verify_hashes_and_counts_what_differs(tmp_path, monkeypatch):
                               for text in ("50 B", "70 B", "78 B")]
 
 
+def test_verify_hashes_with_the_workers_and_depth_of_the_run(tmp_path, monkeypatch):
+    asked = []
+    real = snap.verify_digests
+
+    def verify_digests(directory, files, record, **options):
+        asked.append(dict(options, progress=callable(options["progress"])))
+        return real(directory, files, record, **options)
+
+    monkeypatch.setattr(_snapshot_state.snap, "verify_digests", verify_digests)
+    monkeypatch.setattr(_snapshot_state, "HASH_WORKERS", 3)
+    state = disk(tmp_path, deep=True)
+    directory, files = snapshot(tmp_path)
+    state.verify(directory, files, snap.check(directory, files), True, {})
+    state.verify(directory, files, snap.check(directory, files), True, {}, fresh=True)
+    assert asked == [dict(deep=True, workers=3, progress=True), dict(deep=False, workers=3, progress=True)]
+
+
+def test_a_changed_or_unverified_file_makes_a_snapshot_of_right_sizes_incomplete(tmp_path):
+    state = disk(tmp_path)
+    directory = str(tmp_path / "snapshot")
+    files = snap.normalise_files([put(directory, "config.json", b"{}"), put(directory, "model.safetensors", b"w" * 50)])
+    put(directory, "config.json", b"[]")
+    checked = snap.check(directory, files)
+    assert checked["complete"] is True
+    got = state.verify(directory, files, checked, True, {})
+    assert (got["complete"], got["wrong_hash"], got["unverified"]) == (False, ["config.json"], [])
+    query = disk(tmp_path, state="queried", verified_record=str(tmp_path / "record.json"))
+    got = query.verify(directory, files, snap.check(directory, files), True, {}, hash_files=False)
+    assert (got["complete"], got["wrong_hash"], got["unverified"]) == (False, [], ["config.json", "model.safetensors"])
+
+
 def test_verify_of_a_complete_snapshot_with_the_record(tmp_path):
     state = disk(tmp_path)
     directory = str(tmp_path / "snapshot")
@@ -368,6 +399,7 @@ def test_the_space_needed_is_what_is_missing_and_the_margin(tmp_path, monkeypatc
     space(tmp_path, monkeypatch, 1100, disk_margin_percent=10)
     # Partial downloads and wrong-sized files are removed first: their bytes count as free.
     space(tmp_path, monkeypatch, 1000, incomplete=(30,), wrong_size=(15, None, 5))
+    space(tmp_path, monkeypatch, 1000, incomplete=(30, 20))
     with pytest.raises(Failure) as caught:
         space(tmp_path, monkeypatch, 1049)
     assert str(caught.value) == (
@@ -389,6 +421,13 @@ def test_the_space_needed_in_full(tmp_path, monkeypatch):
     space(tmp_path, monkeypatch, 3000, incomplete=(100,), wrong_size=(400,), disk_margin_percent=250)
 
 
+def test_the_margin_is_whole_bytes(tmp_path, monkeypatch):
+    state = disk(tmp_path)
+    monkeypatch.setattr(_snapshot_state.snap, "free_bytes", lambda path: (1060, "/"))
+    # 1010 + 5% = 1060.5, counted as 1060.
+    state.check_space(COMMIT, str(tmp_path / "none"), dict(missing_bytes=1010, wrong_size=[]))
+
+
 def test_a_snapshot_directory_not_made_yet_has_no_leftovers(tmp_path, monkeypatch):
     state = disk(tmp_path)
     monkeypatch.setattr(_snapshot_state.snap, "free_bytes", lambda path: (1050, "/"))
@@ -405,7 +444,7 @@ def test_a_full_disk_removes_the_partial_and_wrong_sized_files(tmp_path, monkeyp
     put(directory, ".cache/huggingface/download/model.safetensors.metadata", b"m")
     put(directory, ".cache/huggingface/download/x.incomplete", b"i")
     put(directory, ".cache/rsync-partial/model.safetensors", b"p")
-    monkeypatch.setattr(_snapshot_state.snap, "free_bytes", lambda path: (100, "/srv"))
+    monkeypatch.setattr(_snapshot_state.snap, "free_bytes", lambda path: (100, "/srv") if path == directory else None)
     removed = ["/earlier/removed"]
     with pytest.raises(Failure) as caught:
         state.disk_full(COMMIT, directory, files, removed, "OSError: [Errno 28] No space left on device")
@@ -422,6 +461,21 @@ def test_a_full_disk_removes_the_partial_and_wrong_sized_files(tmp_path, monkeyp
                                                                                                + gone)[:6])))
     assert str(caught.value) == message
     assert state.progress == [dict(state="failed", message=message)]
+
+
+@pytest.mark.parametrize("margin, free, free_text", [(250, 34, "at least 1 B"), (255, 35, "space (something else filled it)"),
+                                                    (250, 35, "space (something else filled it)")])
+def test_how_much_to_free_in_whole_bytes(tmp_path, monkeypatch, margin, free, free_text):
+    """10 bytes missing and a margin of 250% (25 bytes) or 255% (25.5, counted as 25)."""
+    state = disk(tmp_path, disk_margin_percent=margin)
+    directory = str(tmp_path / "snapshot")
+    os.makedirs(directory)
+    monkeypatch.setattr(_snapshot_state.snap, "free_bytes", lambda path: (free, "/srv"))
+    removed = ["/r%d" % n for n in range(7)]
+    with pytest.raises(Failure) as caught:
+        state.disk_full(COMMIT, directory, [dict(path="a.bin", size=10, sha256="0" * 64)], removed, "full")
+    assert "were removed (/r0, /r1, /r2, /r3, /r4, /r5); the complete files are kept. Free %s there" % free_text in str(
+        caught.value)
 
 
 def test_a_disk_filled_by_something_else(tmp_path, monkeypatch):
@@ -465,9 +519,13 @@ def test_files_that_arrived_whole_are_hashed_during_the_download(tmp_path):
     later = dict(path="tokenizer.json", size=3, sha256=hashlib.sha256(b"tok").hexdigest())
     known = dict(path="known.json", size=1, sha256="0" * 64)
     state.arrived = {"known.json": "already"}
-    files = [good, changed, dict(path="README.md", size=2), known, later]
+    files = [later, good, changed, dict(path="README.md", size=2), known]
+
+    first_wait = []
 
     def arrive(waits):
+        if waits == 1:
+            first_wait.append(sorted(state.arrived))
         if waits == 2:
             put(directory, "tokenizer.json", b"tok")
 
@@ -479,6 +537,8 @@ def test_files_that_arrived_whole_are_hashed_during_the_download(tmp_path):
                              "tokenizer.json": dict(key=key(directory, "tokenizer.json"),
                                                     digest="sha256:" + later["sha256"])}
     assert stop.waits == [_snapshot_state.POLL_SECONDS] * 2 and stop.set_now is False
+    # A file not there yet does not hold up the others: they were hashed before the first wait.
+    assert first_wait == [["config.json", "known.json"]]
 
 
 def test_hashing_stops_with_the_download(tmp_path):
@@ -511,8 +571,8 @@ def test_a_file_changed_or_unreadable_while_hashed_is_left_to_verify(tmp_path, m
 
     monkeypatch.setattr(_snapshot_state.snap, "hash_listed", hash_listed)
     stop = Stop(polls=5)
-    state.hash_arrivals(directory, [changing, unreadable], stop)
-    assert calls == ["a.json", "b.json", "b.json"]
+    state.hash_arrivals(directory, [unreadable, changing], stop)
+    assert calls == ["b.json", "a.json", "b.json"]
     assert state.arrived == {"b.json": dict(key=key(directory, "b.json"), digest="sha256:" + unreadable["sha256"])}
     assert stop.waits == []
 
