@@ -140,7 +140,7 @@ def kv_functions(fake, convertors=True):
 
     def get_config(path, trust_remote_code):
         calls.append(("get_config", path, trust_remote_code))
-        return types.SimpleNamespace(model_type="deepseek_v3", quantized=False)
+        return types.SimpleNamespace(model_type="deepseek_v3", quantized=False, text_config="text")
 
     def resolve(requested, model_config):
         calls.append(("resolve", requested))
@@ -149,12 +149,12 @@ def kv_functions(fake, convertors=True):
         return requested
 
     fake("vllm.config")
-    fake("vllm.transformers_utils.config", get_config=get_config, get_hf_text_config=lambda c: ("text", c))
+    fake("vllm.transformers_utils.config", get_config=get_config, get_hf_text_config=lambda c: c.text_config)
     fake("vllm.utils.torch_utils", resolve_kv_cache_dtype_string=resolve)
     if convertors:
         class Base(object):
             def __init__(self, hf_config, text_config):
-                calls.append(("convertor", type(self).__name__, text_config[0]))
+                calls.append(("convertor", type(self).__name__, text_config))
                 self.hf_config = hf_config
 
             def get_quantization_config(self):
@@ -220,11 +220,12 @@ def serve_parser_modules(fake, where="vllm.entrypoints.common", validate=None, a
 
 
 def a_build(fake, version="0.33.0"):
-    """A build that answers everything: version, commit, KV resolution, backends, the CPU pick, the parser."""
-    vllm = fake("vllm", __version__=version, __file__="/venv/lib/python3.12/site-packages/vllm/__init__.py")
+    """A build that answers everything: version, commit, KV resolution, backends, the CPU pick, the
+    parser. Returns what its config functions and its CPU platform were asked."""
+    fake("vllm", __version__=version, __file__="/venv/lib/python3.12/site-packages/vllm/__init__.py")
     fake("vllm._version", __commit_id__="4ba787ec9")
-    kv_functions(fake)
+    kv_calls = kv_functions(fake)
     backends_host(fake, {"CPU_MLA": Backend, "AMX_MLA": Backend})
-    cpu_platform(fake, pick="cpu_mla")
+    cpu_asked = cpu_platform(fake, pick="cpu_mla")
     serve_parser_modules(fake)
-    return vllm
+    return types.SimpleNamespace(kv_calls=kv_calls, cpu_asked=cpu_asked)

@@ -83,12 +83,14 @@ def test_a_model_that_does_not_fit_says_what_is_already_there(host, monkeypatch)
     os.link(host.model_dir / "model-1.safetensors", host.model_dir / "hardlink.safetensors")  # counted once
     os.symlink("model-1.safetensors", host.model_dir / "link.safetensors")  # not a file of its own
     (host.model_dir / ".cache").mkdir()
-    (host.model_dir / ".cache" / "model-2.safetensors.incomplete").write_bytes(b"x" * 700)
+    (host.model_dir / ".cache" / "model-2.safetensors.incomplete").write_bytes(b"x" * 600)
+    (host.model_dir / ".cache" / "model-3.safetensors.incomplete").write_bytes(b"x" * 100)
+    (host.model_dir / "config.json").write_bytes(b"x" * 1000)
     checks = limits(host, model_size_bytes=6 * GB)
     checks.check_disk()
     disk = checks.measured["disk"]
-    assert (disk["measured_path"], disk["existing_bytes"], disk["incomplete_bytes"]) == (str(host.model_dir), 3000, 700)
-    assert (disk["margin_bytes"], disk["needed_bytes"]) == (6 * GB * 5 // 100, 6 * GB - 3000 + 6 * GB * 5 // 100)
+    assert (disk["measured_path"], disk["existing_bytes"], disk["incomplete_bytes"]) == (str(host.model_dir), 4000, 700)
+    assert (disk["margin_bytes"], disk["needed_bytes"]) == (6 * GB * 5 // 100, 6 * GB - 4000 + 6 * GB * 5 // 100)
     assert checks.problems == [
         "vllm_model_dir=%s has 5.0 GB free (file system at %s), the model needs 6.3 GB there (6.0 GB, 0.0 GB already "
         "there, + 5%% margin): free space there, or point vllm_model_dir at a larger file system" % (host.model_dir, host.model_dir)]
@@ -107,6 +109,14 @@ def test_a_snapshot_in_place_needs_only_the_margin(host, monkeypatch):
     assert checks.measured["disk"]["needed_bytes"] == 0 and checks.problems == []
 
 
+def test_the_margin_is_whole_bytes(host, monkeypatch):
+    monkeypatch.setattr(_host_limits.os, "statvfs", statvfs(100 * GB, 200 * GB))
+    checks = limits(host, model_size_bytes=1001, disk_margin_percent=5)
+    checks.check_disk()
+    assert (checks.measured["disk"]["margin_bytes"], checks.measured["disk"]["needed_bytes"]) == (50, 1051)
+    assert isinstance(checks.measured["disk"]["margin_bytes"], int)
+
+
 def test_the_nearest_existing_directory_is_measured(host, tmp_path):
     checks = limits(host, model_dir=str(tmp_path / "a" / "b" / "c"))
     checks.check_disk()
@@ -121,8 +131,9 @@ def test_a_model_dir_that_is_a_file(host):
     checks = limits(host)
     checks.check_disk()
     assert checks.problems == ["vllm_model_dir=%s is not a directory: point vllm_model_dir at a directory" % host.model_dir]
-    assert checks.measured["disk"]["measured_path"] == str(host.model_dir)
-    assert checks.measured["disk"]["free_bytes"] is None
+    assert checks.measured["disk"] == dict(
+        model_dir=str(host.model_dir), measured_path=str(host.model_dir), free_bytes=None, total_bytes=None, existing_bytes=0,
+        incomplete_bytes=0, model_size_bytes=GB, margin_bytes=None, needed_bytes=None)
 
 
 def test_a_file_system_that_cannot_be_measured(host, monkeypatch):
@@ -164,6 +175,7 @@ def test_a_file_gone_while_counting_is_skipped(host, monkeypatch):
     (host.model_dir / "a").write_bytes(b"x" * 10)
     (host.model_dir / "b").write_bytes(b"x" * 20)
     gone_while_counted(monkeypatch, "/a")
+    monkeypatch.setattr(_host_limits.os, "walk", lambda top: iter([(top, [], ["a", "b"])]))  # the gone file first
     assert limits(host).bytes_under(str(host.model_dir)) == (20, 0)
 
 
@@ -228,7 +240,8 @@ def test_a_missing_shm(host):
     checks.check_shm()
     assert checks.problems == ["vllm_shm_dir=%s does not exist: vLLM's workers and NCCL need a shared memory file system "
                                "there (mount a tmpfs; in a container, --ipc=host or --shm-size)" % (host.root / "no-shm")]
-    assert checks.measured["shm"]["exists"] is False and checks.measured["shm"]["total_bytes"] is None
+    assert checks.measured["shm"] == dict(path=str(host.root / "no-shm"), exists=False, total_bytes=None, free_bytes=None,
+                                          min_bytes=16 * GIB, leftover_files=0, leftover_bytes=0)
 
 
 def test_a_shm_that_cannot_be_measured_or_listed(host, monkeypatch):
@@ -253,6 +266,7 @@ def test_a_leftover_gone_while_counting_is_skipped(host, monkeypatch):
     (host.shm / "psm_1").write_bytes(b"x" * 10)
     (host.shm / "psm_2").write_bytes(b"x" * 20)
     gone_while_counted(monkeypatch, "psm_1")
+    monkeypatch.setattr(_host_limits.os, "listdir", lambda path: ["psm_1", "psm_2"])  # the gone file first
     checks = limits(host)
     checks.check_shm()
     assert (checks.measured["shm"]["leftover_files"], checks.measured["shm"]["leftover_bytes"]) == (1, 20)
@@ -287,7 +301,7 @@ def nofile(host, monkeypatch, nr_open="1048576\n", rlimit=(1024, 524288), **para
         (host.proc / "sys" / "fs" / "nr_open").unlink()
     else:
         host.write(host.proc / "sys" / "fs" / "nr_open", nr_open)
-    monkeypatch.setattr(_host_limits.resource, "getrlimit", lambda which: rlimit)
+    monkeypatch.setattr(_host_limits.resource, "getrlimit", lambda which: rlimit if which == resource.RLIMIT_NOFILE else None)
     checks = limits(host, **params)
     checks.check_nofile()
     return checks
@@ -353,6 +367,11 @@ def test_a_kernel_ceiling_below_the_minimum(host, monkeypatch, nr_open):
         "the vLLM service would get at most 8192 open files (the vLLM unit's LimitNOFILE), below vllm_nofile_min=65536: "
         "raise LimitNOFILE in the vLLM unit, and vllm_nofile_service_limit with it, or lower vllm_nofile_min"]
     assert checks.measured["nofile"]["nr_open"] == 4096
+
+
+def test_a_kernel_ceiling_equal_to_the_minimum_is_enough(host, monkeypatch):
+    checks = nofile(host, monkeypatch, nr_open="65536\n", systemctl=(0, "DefaultLimitNOFILE=infinity\n", ""))
+    assert (checks.measured["nofile"]["effective"], checks.problems) == (65536, [])
 
 
 @pytest.mark.parametrize("nr_open", ["", "many\n", "-1\n"])

@@ -72,6 +72,14 @@ def test_no_settings_no_findings():
         dict(env={}, p2p_disabled=False, p2p_level=None), [], [])
 
 
+def test_two_gpus_over_pcie_are_enough_for_the_hang():
+    assert findings({}, gpu_info={"count": 2, "pcie_only": True}, iommu=IOMMU_ON)[2] == [HANG % "IOMMU on (dmar0, dmar1, translated)"]
+
+
+def test_a_level_that_starts_with_neither_a_name_nor_a_digit_is_ignored():
+    assert nccl_p2p_level({"NCCL_P2P_LEVEL": "X"}) == (None, "X")
+
+
 @pytest.mark.parametrize("gpu_info", [{"count": 1, "pcie_only": True}, {"count": None, "pcie_only": True},
                                       {"count": 8, "pcie_only": False}, {"count": 8}])
 def test_the_hang_needs_two_gpus_over_pcie(gpu_info):

@@ -48,6 +48,7 @@ def host(tmp_path):
     ("00000000:01:00.0", "0000:01:00.0"),
     (" 00000000:C1:00.7\n", "0000:c1:00.7"),
     ("00000001:81:00.0", "0001:81:00.0"),
+    ("00000010:01:00.0", "0010:01:00.0"),  # the domain is hex
     ("0000:01:00.0", "0000:01:00.0"),
     ("00000000:01:00.8", None),  # functions go to 7
     ("00000000:1:00.0", None),
@@ -99,6 +100,7 @@ def test_a_chain_that_loops_or_leaves_the_space_ends():
     (bridge_config(acs_control=0), ("disabled", 0)),
     (bridge_config(acs_control=0x0008), ("enabled", 0x0008)),
     (bridge_config(acs_control=0x0070), ("disabled", 0x0070)),
+    (bridge_config(acs_control=0x8004), ("enabled", 0x8004)),  # the register is unsigned
     (bridge_config(acs_control=0x0004, size=0x150), ("enabled", 0x0004)),
     (bridge_config(acs_control=0x0004, size=0x14F), ("absent", None)),  # the control register is cut off
     (bridge_config(), ("absent", None)),
@@ -121,6 +123,8 @@ def test_is_pci_bridge():
 def test_read_text(tmp_path):
     (tmp_path / "type").write_bytes(b"identity\n")
     assert read_text(str(tmp_path / "type")) == "identity\n"
+    (tmp_path / "cmdline").write_bytes(b"root=/dev/sda1 label=\xff\n")  # not UTF-8: read all the same
+    assert read_text(str(tmp_path / "cmdline")) == "root=/dev/sda1 label=\udcff\n"
     assert read_text(str(tmp_path / "missing")) is None
     assert read_text(str(tmp_path)) is None
 
@@ -160,6 +164,7 @@ def test_the_iommu_mode_of_the_gpus_groups(host, group_types, mode):
     ("iommu.passthrough=on", ["iommu.passthrough=on"], "passthrough"),
     ("iommu.passthrough=0 amd_iommu=on", ["iommu.passthrough=0", "amd_iommu=on"], "translated"),
     ("quiet splash iommu_pt=1", [], "translated"),
+    ("iommu=pt=1", ["iommu=pt=1"], "translated"),  # the key is what comes before the first =
 ])
 def test_without_group_types_the_kernel_command_line_tells_the_mode(host, cmdline, flags, mode):
     host.iommu("ivhd0")

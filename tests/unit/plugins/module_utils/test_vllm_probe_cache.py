@@ -111,6 +111,15 @@ def test_an_explicit_dtype_leaves_the_kv_cache_declarations_out(tmp_path):
     assert model_files(str(model), explicit=True)["config.json"] != explicit["config.json"]
 
 
+def test_an_explicit_dtype_does_not_depend_on_the_order_of_the_keys(tmp_path):
+    model = copy_model(tmp_path)
+    explicit = model_files(str(model), explicit=True)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps(dict(reversed(list(config.items())))))
+    assert model_files(str(model), explicit=True) == explicit
+    assert model_files(str(model), explicit=False) != model_files(str(copy_model(tmp_path / "again")), explicit=False)
+
+
 def test_an_unreadable_declaration_file_counts_by_its_bytes(tmp_path):
     model = tmp_path / "model"
     model.mkdir()
@@ -160,6 +169,7 @@ def test_an_answer_is_kept_and_read_back(tmp_path, monkeypatch):
     assert (stat.S_IMODE(os.stat(cache_dir).st_mode), stat.S_IMODE(os.stat(kept).st_mode)) == (0o700, 0o600)
     assert sorted(os.listdir(cache_dir)) == [kept.name], "the temporary file was renamed into place"
     assert len(module.cleanup) == 1 and os.path.basename(module.cleanup[0]).startswith(".kkkkkkkkkkkk.")
+    assert os.path.dirname(module.cleanup[0]) == str(cache_dir), "written next to its place, renamed there"
     assert module.warnings == []
     assert cache.read("k" * 64, evidence) == {"vllm_version": "0.33.0"}
     assert evidence == ["answer kept in %s since 2026-12-01T00:00:00Z: same vLLM install, model files and question; "

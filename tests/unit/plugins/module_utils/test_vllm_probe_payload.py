@@ -82,6 +82,8 @@ def test_commit_of_imports_what_is_not_imported_yet(fake, tmp_path):
         (tmp_path / "vllm" / "_version.py").write_text("raise RuntimeError('broken build')\n")
         del sys.modules["vllm._version"]
         assert payload.commit_of(sys.modules["vllm"]) is None
+        sys.modules["vllm"].__commit__ = "def5678"
+        assert payload.commit_of(sys.modules["vllm"]) == "def5678"
     finally:
         for name in [n for n in sys.modules if n == "vllm" or n.startswith("vllm.")]:
             del sys.modules[name]
@@ -193,6 +195,15 @@ def test_selector_kwargs_without_the_selector_config(fake):
 
     kwargs, dummy = payload.selector_kwargs(Open, dict(MLA_ATTENTION, dtype="no_such_dtype"), "auto", None)
     assert kwargs["dtype"] == "torch.bfloat16" and kwargs["attn_type"] == "decoder" and len(kwargs) == 11
+
+
+def test_selector_kwargs_knows_every_argument_vllms_selector_gives(fake):
+    """Without AttentionSelectorConfig (builds before it) a signature that names all of them is still satisfied."""
+    torch_module(fake)
+    kwargs, why_not = payload.selector_kwargs(Backend, MLA_ATTENTION, "auto", DeviceCapability(12, 0))
+    assert why_not is None
+    assert sorted(kwargs) == sorted(["head_size", "dtype", "kv_cache_dtype", "block_size", "use_mla", "has_sink", "use_sparse",
+                                     "use_mm_prefix", "use_per_head_quant_scales", "attn_type", "device_capability"])
 
 
 def test_selector_kwargs_refuses_an_argument_it_cannot_give(fake):
@@ -398,6 +409,21 @@ def test_a_backend_whose_validation_cannot_be_asked_is_judged_by_what_it_declare
     assert results[1]["reasons"] == ["non-MLA not supported"]
 
 
+def test_every_backend_is_asked_whatever_comes_before_it(fake):
+    class Undeclared(object):
+        @classmethod
+        def supports_compute_capability(cls, capability):
+            return tuple(capability) == (12, 0)
+
+    backends_host(fake, {"CUTLASS_MLA": ImportError("no libcuda"), "OLD": Undeclared, "TRITON_MLA": Backend})
+    results = payload.ask_backends(["CUTLASS_MLA", "OLD", "TRITON_MLA"], dict(MLA_ATTENTION, capability=[8, 0]), "auto")
+    assert [r["name"] for r in results] == ["CUTLASS_MLA", "OLD", "TRITON_MLA"]
+    assert results[1] == entry("OLD", reasons=["compute capability not supported"], compute_capability_supported=False,
+                               answered=True)
+    assert results[2]["compute_capability_supported"] is False
+    assert results[2]["reasons"] == ["compute capability not supported"]
+
+
 def test_backend_methods_that_fail(fake):
     class Failing(Backend):
         @classmethod
@@ -434,6 +460,19 @@ def test_the_cpu_platform_picks_a_backend(fake):
     assert asked == [(None, SelectorConfig(576, "torch.bfloat16", "auto", None, True, False, False, False, False, "decoder"))]
     assert payload.cpu_platform_choice(["CPU_MLA"], attention, "auto") == dict(
         selected=None, refused=None, error="the CPU platform picks vllm.v1.attention.backends.mla.amx_mla, which is none of CPU_MLA")
+
+
+@pytest.mark.parametrize("dtype, torch_dtype", [("float16", "torch.float16"), (None, "torch.bfloat16")])
+def test_the_cpu_platform_is_asked_about_the_layers_dtype(fake, dtype, torch_dtype):
+    asked = cpu_platform(fake, pick="cpu_mla")
+    assert payload.cpu_platform_choice(["CPU_MLA"], dict(MLA_ATTENTION, dtype=dtype), "fp8")["selected"] == "CPU_MLA"
+    assert (asked[0][1].dtype, asked[0][1].kv_cache_dtype) == (torch_dtype, "fp8")
+
+
+def test_a_pick_that_is_none_of_the_backends_names_them_all(fake):
+    cpu_platform(fake, pick="other")
+    assert payload.cpu_platform_choice(["CPU_MLA", "AMX_MLA"], MLA_ATTENTION, "auto")["error"] == (
+        "the CPU platform picks vllm.v1.attention.backends.mla.other, which is none of CPU_MLA, AMX_MLA")
 
 
 def test_a_backend_name_the_registry_does_not_have_is_skipped(fake):

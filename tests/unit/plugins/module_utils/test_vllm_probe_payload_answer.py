@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import sys
+import types
 import typing
 import zipfile
 import zipimport
@@ -54,6 +55,35 @@ def test_the_serve_parser_is_found_where_each_build_keeps_it(fake, where, argpar
     assert payload.known_server_flags(["--shutdown-timeout", "--no-such-flag"], notes) == {
         "--shutdown-timeout": True, "--no-such-flag": False}
     assert notes == []
+
+
+def test_the_parser_on_an_unspecified_platform_says_so_in_the_notes(fake):
+    serve_parser_modules(fake)
+    platforms = sys.modules["vllm.platforms"]
+    platforms.current_platform, platforms._current_platform = types.SimpleNamespace(device_type=None), None
+    fake("vllm.platforms.cpu", CpuPlatform=object)
+    note = "no accelerator platform detected: vLLM's CpuPlatform was set for the parser"
+    notes = []
+    assert payload.known_server_flags(["--kv-cache-dtype"], notes) == {"--kv-cache-dtype": True} and notes == [note]
+    notes = []
+    assert payload.check_server_args([], notes)["accepted"] is True and notes == [note]
+    answer = payload.answer_question({"server_flags": ["--x"], "quiet": False})
+    assert answer["notes"] == [note] and answer["server_flags"] == {"--x": False}
+    answer = payload.answer_question({"server_args": [], "quiet": False})
+    assert answer["notes"] == [note] and answer["server_args"] == {"accepted": True, "error": None}
+
+
+def test_a_dtype_cache_config_cannot_check_is_a_note(fake):
+    serve_parser_modules(fake)
+    notes = []
+    assert payload.check_server_args(["--kv-cache-dtype", "fp8"], notes) == {"accepted": True, "error": None}
+    assert len(notes) == 1 and notes[0].startswith("--kv-cache-dtype fp8 not checked against vLLM's CacheConfig: ")
+
+
+def test_a_parser_without_the_kv_cache_dtype_flag(fake):
+    cli_args = serve_parser_modules(fake)
+    cli_args.make_arg_parser = lambda parser: parser
+    assert payload.check_server_args([], []) == {"accepted": True, "error": None}
 
 
 def test_server_args_vllm_accepts(fake):
@@ -181,7 +211,7 @@ def test_check_kv_cache_dtype_by_is_known_with_no_list(fake):
 
 
 def test_answer_question_asks_everything_the_question_asks(fake):
-    a_build(fake)
+    build = a_build(fake)
     question = dict(model_path="/m", kv_cache_dtype="auto", backends=["CPU_MLA", "AMX_MLA"],
                     attention=dict(MLA_ATTENTION, capability=None), platform="cpu",
                     server_flags=["--shutdown-timeout"], server_args=["/m", "--kv-cache-dtype", "auto"])
@@ -195,6 +225,8 @@ def test_answer_question_asks_everything_the_question_asks(fake):
     assert [(r["name"], r["reasons"]) for r in backends["results"]] == [
         ("CPU_MLA", ["kv_cache_dtype not supported"]), ("AMX_MLA", ["kv_cache_dtype not supported"])]
     assert backends["cpu_platform"] == {"selected": "CPU_MLA", "refused": None, "error": None}
+    assert build.kv_calls[0] == ("get_config", "/m", False) and build.kv_calls[-1] == ("resolve", "auto")
+    assert build.cpu_asked[0][1].kv_cache_dtype == "fp8_e4m3"
     assert answer["server_flags"] == {"--shutdown-timeout": True}
     assert answer["server_args"] == {"accepted": True, "error": None}
     assert answer["notes"] == []
@@ -207,6 +239,19 @@ def test_answer_question_about_the_build_only(fake):
     assert answer["vllm_version"] == "" and answer["notes"] == []
     assert not set(answer) & {"kv", "backends", "server_flags", "server_args", "import_error"}
     assert logging.root.manager.disable == logging.NOTSET
+
+
+@pytest.mark.parametrize("question, resolved", [({"kv_cache_dtype": "fp8"}, "fp8"), ({}, "fp8_e4m3"), ({"kv_cache_dtype": ""}, "fp8_e4m3")])
+def test_the_dtype_asked_about_defaults_to_auto(fake, question, resolved):
+    build = a_build(fake)
+    assert payload.answer_question(dict(question, model_path="/m"))["kv"]["resolved"] == resolved
+    assert build.kv_calls[-1] == ("resolve", resolved if resolved == "fp8" else "auto")
+
+
+def test_a_build_without_a_version(fake):
+    a_build(fake)
+    del sys.modules["vllm"].__version__
+    assert payload.answer_question({})["vllm_version"] == ""
 
 
 def test_the_fallback_dtype_when_vllm_cannot_resolve(fake):
@@ -235,6 +280,10 @@ def test_backends_that_cannot_be_asked(fake):
     assert answer["backends"]["error"].startswith("ModuleNotFoundError: No module named 'vllm.platforms.interface'")
     assert "Traceback (most recent call last)" in answer["backends"]["traceback"]
     assert len(answer["backends"]["traceback"]) <= 2000
+    sys.modules["vllm.platforms.interface"] = fake("vllm.platforms.interface", DeviceCapability=long_failure)
+    answer = payload.answer_question(dict(backends=["TRITON_MLA"], attention=MLA_ATTENTION, kv_cache_dtype_fallback="auto"))
+    assert answer["backends"]["error"] == "ValueError: " + "x" * 600 + "..."
+    assert len(answer["backends"]["traceback"]) == 2000 and answer["backends"]["traceback"] == ("x" * 4000 + "\n")[-2000:]
 
 
 def test_a_parser_that_cannot_be_built(fake):
@@ -251,6 +300,10 @@ def test_vllm_that_cannot_be_imported(fake):
     assert set(answer) == {"python", "python_executable", "notes", "import_error"}
 
 
+def long_failure(*args):
+    raise ValueError("x" * 4000)
+
+
 def test_respond_reads_the_question_on_stdin_and_reports_what_breaks(fake, monkeypatch):
     fake("vllm", __version__="0.33.0")
     monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps({"quiet": False})))
@@ -263,12 +316,21 @@ def test_respond_reads_the_question_on_stdin_and_reports_what_breaks(fake, monke
     assert "Traceback (most recent call last)" in error
     monkeypatch.setattr(payload, "answer_question", lambda question: sys.exit(9))
     assert payload.respond({})["probe_error"].startswith("SystemExit: 9\n")
+    monkeypatch.setattr(payload, "answer_question", long_failure)
+    line, tail = payload.respond({})["probe_error"].split("\n", 1)
+    assert line == "ValueError: " + "x" * 600 + "..." and tail == ("x" * 4000 + "\n")[-3000:]
 
 
 def test_main_writes_the_answer_alone_on_stdout(fake, monkeypatch, capfd):
     """What vLLM prints goes to stderr, the answer alone to stdout, as one JSON line."""
     vllm = fake("vllm", __version__="0.33.0")
-    vllm.__getattr__ = lambda name: print("vLLM says hello on stdout") or sys.stdout.write("and more\n") or None
+
+    def chatty(name):
+        print("vLLM says hello on stdout")
+        sys.stdout.write("and more\n")
+        os.write(1, b"and from C on fd 1\n")
+
+    vllm.__getattr__ = chatty
     monkeypatch.setattr(payload, "QUESTION", {"quiet": False}, raising=False)
     monkeypatch.setattr(sys, "stdout", sys.stdout)
     sys.path[:0] = ["", "."]
@@ -280,7 +342,7 @@ def test_main_writes_the_answer_alone_on_stdout(fake, monkeypatch, capfd):
         os.close(saved)
     out, err = capfd.readouterr()
     assert json.loads(out)["vllm_version"] == "0.33.0" and out.count("\n") == 1
-    assert "vLLM says hello on stdout" in err and "and more" in err
+    assert "vLLM says hello on stdout" in err and "and more" in err and "and from C on fd 1" in err
     assert "" not in sys.path and "." not in sys.path
 
 
@@ -291,7 +353,7 @@ def test_the_source_sent_is_this_file():
     text = open(payload.__file__, encoding="utf-8").read()
     assert payload.source() == text
     assert payload.PAYLOAD == text
-    with pytest.raises(AttributeError, match="has no attribute 'NO_SUCH'"):
+    with pytest.raises(AttributeError, match=r"^module '%s' has no attribute 'NO_SUCH'$" % payload.__name__.replace(".", r"\.")):
         payload.NO_SUCH  # noqa: B018  (the module's __getattr__ answers PAYLOAD only)
 
 
@@ -299,9 +361,11 @@ def test_the_source_is_read_from_inside_a_zip_as_ansiballz_ships_it(tmp_path):
     """On a host the module_utils are imported from AnsiballZ's zip (zipimport), where the file has no path of its own."""
     archive = tmp_path / "ansiballz_payload.zip"
     text = open(payload.__file__, encoding="utf-8").read()
+    package = payload.__name__.rpartition(".")[0].replace(".", "/")
     with zipfile.ZipFile(archive, "w") as handle:
-        handle.writestr("fleet_vllm_probe_from_zip.py", text)
-    spec = zipimport.zipimporter(str(archive)).find_spec("fleet_vllm_probe_from_zip")
+        handle.writestr(package + "/_vllm_probe_payload.py", text)
+    # under the module's own name, as AnsiballZ imports it (not put in sys.modules: the checkout's copy stays)
+    spec = zipimport.zipimporter("%s/%s/" % (archive, package)).find_spec(payload.__name__)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert not os.path.exists(module.__file__)

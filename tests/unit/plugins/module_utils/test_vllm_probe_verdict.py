@@ -235,3 +235,43 @@ def test_a_reason_of_80_characters_is_shown_whole():
 def test_the_message_of_the_server_args(accepted, error, tail):
     r = result([], kv_cache_dtype_resolved=None, server_args_accepted=accepted, server_args_error=error)
     assert message(r, False).endswith(tail)
+
+
+# ---- what the mutation run found unasserted ------------------------------------------------------------
+
+
+NIGHTLY = ("0.17.1rc1.dev200", "a1257fd1ea93")  # the table knows its FP8 by the commit alone
+
+
+def test_the_table_decides_by_the_commit_too():
+    r = result([backend("TRITON_MLA", reasons=["cannot load"])])
+    decide_undetermined(r, [probed("TRITON_MLA", "cannot load")], *NIGHTLY, kv_cache_dtype="fp8_e4m3", kind="mla", capability=(12, 0))
+    assert (r["backends"][0]["accepts"], r["backends"][0]["reasons"]) == (True, [])
+    r = result([backend("TRITON_MLA", dtypes=["auto", "bfloat16"], capability=True)])
+    compare_with_table(r, *NIGHTLY, kv_cache_dtype="fp8_e4m3", kind="mla", capability=(12, 0))
+    assert r["evidence"] == [
+        "the version table disagrees for TRITON_MLA (kv_cache_dtype fp8_e4m3 supported: build False, table True; compute "
+        "capability supported: build True, table True): the build's own answer is used"]
+
+
+def test_every_backend_is_looked_at_whatever_comes_before_it():
+    r = result([backend("NO_ROW"), backend("TRITON_MLA", accepts=True), backend("FLASHMLA", reasons=["x"])], compute_capability="9.0")
+    decide_undetermined(r, [probed("NO_ROW", "cannot load"), probed("TRITON_MLA"), probed("FLASHMLA", "cannot load")], *NEW,
+                        kv_cache_dtype="fp8_e4m3", kind="mla", capability=(9, 0))
+    assert [b["accepts"] for b in r["backends"]] == [False, True, True]
+    r = result([backend("FLASHINFER_MLA", dtypes=None, capability=True), backend("NOT_IN_TABLE", dtypes=["auto"], capability=True),
+                backend("TRITON_MLA", dtypes=["auto"], capability=True)])
+    compare_with_table(r, *NEW, kv_cache_dtype="fp8_e4m3", kind="mla", capability=(12, 0))
+    assert len(r["evidence"]) == 1 and "disagrees for TRITON_MLA" in r["evidence"][0]
+
+
+def test_without_the_pick_every_refusing_backend_is_named():
+    r = result([backend("CPU_MLA", reasons=["a"]), backend("AMX_MLA", reasons=["b"]), backend("OTHER", accepts=True)], platform="cpu")
+    apply_cpu_choice(r, {}, "fp8")
+    assert r["backends"][2]["reasons"] == [
+        "the CPU platform's pick could not be asked, and CPU_MLA, AMX_MLA, which it may pick, refuses fp8"]
+
+
+def test_a_long_reason_is_cut_at_77_characters():
+    r = result([backend("TRITON_MLA", reasons=["x" * 81])], backend_available=False, kv_cache_dtype_resolved="auto")
+    assert message(r, False).endswith("TRITON_MLA: " + "x" * 77 + "...")
