@@ -49,7 +49,8 @@ class HostLimits(object):
     # ------------------------------------------------------------------ helpers
 
     def var(self, option):
-        return self.prefix + option
+        """The variable that sets ``option``, as the user knows it."""
+        return self.params.get("variables", {}).get(option) or self.prefix + option
 
     def setting(self, option):
         return "%s=%s" % (self.var(option), self.params[option])

@@ -45,6 +45,11 @@ class SnapshotRun(object):
         self.progress_lock = threading.Lock()
 
     def name(self, option):
+        """The variable that sets ``option``, as the user knows it: the role's name for a setting the
+        roles share (``variables``), else the role's prefix and the option, else the option itself."""
+        named = (self.params.get("variables") or {}).get(option)
+        if named:
+            return named
         prefix = self.params["variable_prefix"]
         return prefix + VARIABLE_NAMES.get(option, option) if prefix else option
 

@@ -220,6 +220,13 @@ options:
         instead of the module's options.
     type: str
     default: ""
+  variables:
+    description:
+      - The name the messages give an option whose variable is not O(variable_prefix) and the option's name (option
+        name to variable name), such as C(token=fleet_vllm_hf_token) for a setting the roles share.
+        M(fleet.vllm.vllm_weights) passes the shared settings it reads.
+    type: dict
+    default: {}
 notes:
   - The snapshot directory is keyed by commit; old commits are left in place (remove them when
     no served directory links to them any more).
@@ -722,6 +729,7 @@ def main():
             progress_file=dict(type="path"),
             progress_interval=dict(type="int", default=10),
             variable_prefix=dict(type="str", default=""),
+            variables=dict(type="dict", default={}),
         ),
         supports_check_mode=True,
     )

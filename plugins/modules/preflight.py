@@ -183,6 +183,13 @@ options:
         user sets. The M(fleet.vllm.vllm_preflight) role passes V(vllm_preflight_).
     type: str
     default: ""
+  variables:
+    description:
+      - The name the messages give an option whose variable is not O(variable_prefix) and the option's name (option
+        name to variable name), such as C(tensor_parallel_size=fleet_vllm_tensor_parallel_size) for a setting the roles
+        share. The M(fleet.vllm.vllm_preflight) role passes the shared settings it reads.
+    type: dict
+    default: {}
   interfaces:
     description:
       - Also report the host's network addresses in RV(interfaces) (as M(fleet.vllm.host_state)'s
@@ -627,6 +634,7 @@ def main():
             kv_cache_dtype=dict(type="str", default="auto"),
             fail_on_problems=dict(type="bool", default=True),
             variable_prefix=dict(type="str", default=""),
+            variables=dict(type="dict", default={}),
             interfaces=dict(type="bool", default=False),
             sysfs_root=dict(type="path", default="/sys"),
             proc_root=dict(type="path", default="/proc"),

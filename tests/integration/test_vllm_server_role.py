@@ -29,7 +29,8 @@ def play(playbook, **extra):
     ({"fleet_vllm_tensor_parallel_size": 3}, ["fleet_vllm_tensor_parallel_size is 3", "8 GPUs"]),
     ({"fleet_vllm_tensor_parallel_size": 16}, ["fleet_vllm_tensor_parallel_size is 16", "8 GPUs"]),
     ({"vllm_server_port": 70000}, ["vllm_server_port is 70000", "1 to 65535"]),
-    ({"vllm_server_port": "http"}, ["vllm_server_port is http"]),
+    # (typed int: fleet.vllm.check_inputs stops it first, named)
+    ({"vllm_server_port": "http"}, ["argument 'vllm_server_port'", "convert to int"]),
     ({"fleet_vllm_kv_cache_dtype": "float16"}, ["fleet_vllm_kv_cache_dtype is float16", "#54338"]),
     ({"fleet_vllm_served_model_path": ""}, ["fleet_vllm_served_model_path"]),
     ({"vllm_server_extra_args": {"api_key": "s3cret"}}, ["vllm_server_extra_args", "--api-key"]),
