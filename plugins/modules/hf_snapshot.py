@@ -52,18 +52,15 @@ author:
   - fleet.vllm developers (@fleet-vllm)
 attributes:
   check_mode:
-    support: full
     description:
       - Writes nothing and asks no peer. Lists the revision, checks the snapshot (sizes and
         digests) and the free space, and reports what would be downloaded (RV(would_download));
         huggingface_hub's own dry run is not used, as it creates directories in a partial snapshot.
   diff_mode:
-    support: none
     description: Model files are not shown as a diff; RV(would_download) lists what changes.
   platform:
-    support: full
-    platforms: posix
     description: Runs on the host that keeps the model files.
+extends_documentation_fragment: [fleet.vllm.attributes, fleet.vllm.attributes.changes_without_diff]
 options:
   repo_id:
     description: The model repository, C(owner/name), for example C(nvidia/Kimi-K2.5-NVFP4).

@@ -29,16 +29,9 @@ description:
 author:
   - fleet.vllm developers (@fleet-vllm)
 attributes:
-  check_mode:
-    support: full
-    description: Runs in check mode too, exactly as without it; it only reads.
-  diff_mode:
-    support: none
-    description: Nothing changes, so there is nothing to show.
   platform:
-    support: full
-    platforms: posix
     description: Runs on the Linux GPU host that will serve the model.
+extends_documentation_fragment: [fleet.vllm.attributes, fleet.vllm.attributes.read_only]
 options:
   platform:
     description:

@@ -74,16 +74,9 @@ description:
 author:
   - fleet.vllm developers (@fleet-vllm)
 attributes:
-  check_mode:
-    support: full
-    description: Runs in check mode too, exactly as without it; it only reads.
-  diff_mode:
-    support: none
-    description: Nothing changes, so there is nothing to show.
   platform:
-    support: full
-    platforms: posix
     description: Runs on the host that has the vLLM venv and the model.
+extends_documentation_fragment: [fleet.vllm.attributes, fleet.vllm.attributes.read_only]
 options:
   python:
     description:
