@@ -350,6 +350,7 @@ def watch(tmp_path, monkeypatch, sizes, polls, total=10000, **params):
     (the fields of each record) and what it did to the process."""
     clock = Clock(polls)
     monkeypatch.setattr(_child_transport, "time", SimpleNamespace(time=clock.time))
+
     def bytes_on_disk(directory):
         assert directory == str(tmp_path)
         return sizes(int(clock.now - 1000.0))

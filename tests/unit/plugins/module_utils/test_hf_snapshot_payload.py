@@ -107,9 +107,8 @@ def test_download_into_local_dir(hub, tmp_path):
     question = dict(op="download", repo_id="org/model", revision=COMMIT, local_dir=str(tmp_path), allow_patterns=["*.json"],
                     ignore_patterns=["*.bin"], max_workers=3)
     assert payload.answer(question) == dict(path=str(tmp_path))
-    assert hub.calls == [("snapshot_download", "org/model", dict(revision=COMMIT, local_dir=str(tmp_path),
-                                                                  allow_patterns=["*.json"], ignore_patterns=["*.bin"],
-                                                                  max_workers=3))]
+    assert hub.calls == [("snapshot_download", "org/model", dict(
+        revision=COMMIT, local_dir=str(tmp_path), allow_patterns=["*.json"], ignore_patterns=["*.bin"], max_workers=3))]
 
 
 @pytest.mark.parametrize("max_workers", [None, 0])
@@ -183,8 +182,8 @@ def test_a_response_without_headers_or_status(hub):
     assert payload.answer(resolve())["error"]["retry_after"] is None
 
 
-@pytest.mark.parametrize("number, kind, fatal", [(28, "OSError", True), (122, "OSError", True), (13, "PermissionError", False),
-                                               (None, "OSError", False)])
+@pytest.mark.parametrize("number, kind, fatal", [
+    (28, "OSError", True), (122, "OSError", True), (13, "PermissionError", False), (None, "OSError", False)])
 def test_a_full_disk_or_quota_is_fatal(hub, number, kind, fatal):
     hub.raises = OSError(number, "No space left on device") if number else OSError("disk")
     error = payload.answer(dict(op="download", repo_id="org/model", revision=COMMIT, local_dir="/x"))["error"]

@@ -146,8 +146,8 @@ def test_the_first_candidate_that_has_it_serves(tmp_path, clock):
     child = Child(**{A: [manifest()], B: [manifest()]})
     copy = peers(tmp_path, child)
     assert copy.find(COMMIT) is True
-    assert (copy.peer, copy.files, copy.problems, child.asked, clock) == (A, snap.normalise_files(FILES), [],
-                                                                           [(A, "peer-manifest")], [])
+    assert (copy.peer, copy.files, copy.problems, child.asked, clock) == (
+        A, snap.normalise_files(FILES), [], [(A, "peer-manifest")], [])
 
 
 def test_the_one_tried_last_is_asked_last(tmp_path, clock):

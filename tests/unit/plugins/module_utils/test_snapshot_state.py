@@ -388,8 +388,8 @@ def space(tmp_path, monkeypatch, free, wrong_size=(), incomplete=(), **params):
         put(directory, ".cache/huggingface/download/f%d.incomplete" % number, b"i" * size)
     asked = []
     monkeypatch.setattr(_snapshot_state.snap, "free_bytes", lambda path: asked.append(path) or (free, "/srv"))
-    checked = dict(missing_bytes=1000, wrong_size=[dict(path="w%d" % n, size=size, expected=1) for n, size in
-                                                  enumerate(wrong_size)])
+    checked = dict(missing_bytes=1000,
+                   wrong_size=[dict(path="w%d" % n, size=size, expected=1) for n, size in enumerate(wrong_size)])
     state.check_space(COMMIT, directory, checked)
     assert asked == [directory]
 
@@ -438,8 +438,8 @@ def test_a_snapshot_directory_not_made_yet_has_no_leftovers(tmp_path, monkeypatc
 def test_a_full_disk_removes_the_partial_and_wrong_sized_files(tmp_path, monkeypatch):
     state = disk(tmp_path, variable_prefix="vllm_weights_")
     directory = str(tmp_path / "snapshot")
-    files = snap.normalise_files([put(directory, "config.json", b"{}"), dict(path="model.safetensors", size=3000,
-                                                                                sha256="0" * 64)])
+    files = snap.normalise_files([put(directory, "config.json", b"{}"),
+                                  dict(path="model.safetensors", size=3000, sha256="0" * 64)])
     put(directory, "model.safetensors", b"w" * 10)
     put(directory, ".cache/huggingface/download/model.safetensors.metadata", b"m")
     put(directory, ".cache/huggingface/download/x.incomplete", b"i")
@@ -463,8 +463,8 @@ def test_a_full_disk_removes_the_partial_and_wrong_sized_files(tmp_path, monkeyp
     assert state.progress == [dict(state="failed", message=message)]
 
 
-@pytest.mark.parametrize("margin, free, free_text", [(250, 34, "at least 1 B"), (255, 35, "space (something else filled it)"),
-                                                    (250, 35, "space (something else filled it)")])
+@pytest.mark.parametrize("margin, free, free_text", [
+    (250, 34, "at least 1 B"), (255, 35, "space (something else filled it)"), (250, 35, "space (something else filled it)")])
 def test_how_much_to_free_in_whole_bytes(tmp_path, monkeypatch, margin, free, free_text):
     """10 bytes missing and a margin of 250% (25 bytes) or 255% (25.5, counted as 25)."""
     state = disk(tmp_path, disk_margin_percent=margin)
