@@ -16,6 +16,8 @@ import time
 
 from ansible.module_utils.common.text.converters import to_native
 
+from ansible_collections.fleet.vllm.plugins.module_utils._units import parse_properties
+
 SERVICE_PROPERTIES = ("ActiveState", "SubState", "Result", "UnitFileState", "LoadState", "NeedDaemonReload",
                       "InvocationID", "ExecMainStartTimestampMonotonic")
 
@@ -145,12 +147,7 @@ def service_state(module, unit):
     rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C", "SYSTEMD_PAGER": ""})
     if rc != 0:
         module.fail_json(msg="systemctl show %s failed (rc %d): %s" % (unit, rc, err.strip()), cmd=argv)
-    state = {}
-    for line in out.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            state[key] = value
-    return state
+    return parse_properties(out)
 
 
 def decide(matches, in_place, service, pending, digest):

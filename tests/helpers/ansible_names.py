@@ -69,6 +69,26 @@ def walk(node, reads, defines, key=None):
             reads.update(names_in(node))
 
 
+ROLE_ACTIONS = ("ansible.builtin.import_role", "ansible.builtin.include_role", "import_role", "include_role")
+
+
+def role_calls(node):
+    """(role, tasks_from or None) of every `roles:` entry and import/include_role of a playbook or
+    task list, in document order (blocks included); the role without its collection."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "roles" and isinstance(value, list):
+                for role in value:
+                    yield (role["role"] if isinstance(role, dict) else role).rpartition(".")[2], None
+            elif key in ROLE_ACTIONS:
+                yield value["name"].rpartition(".")[2], value.get("tasks_from")
+            else:
+                yield from role_calls(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from role_calls(value)
+
+
 TASK_FILE_KEYS = ("ansible.builtin.import_tasks", "ansible.builtin.include_tasks", "import_tasks", "include_tasks")
 TEMPLATE = re.compile(r"""['"]?([A-Za-z0-9_.-]+\.j2)\b""")
 

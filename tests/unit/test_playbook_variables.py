@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from tests.helpers.ansible_names import SPECIAL, walk
+from tests.helpers.ansible_names import SPECIAL, role_calls, walk
 
 DOC = ROOT / "docs" / "playbooks.md"
 # The playbooks and the task files they import (playbooks/tasks/), which read variables too.
@@ -107,31 +107,15 @@ def test_readme_lists_every_role_and_playbook():
     assert not missing, "README.md's 'Roles and playbooks' table does not list %s" % missing
 
 
-ROLE_ACTIONS = ("ansible.builtin.import_role", "ansible.builtin.include_role", "import_role", "include_role")
-
-
 def pipeline(node, steps):
     """The collection's roles in the order the playbook runs them: `roles:` entries and
     import/include_role tasks, walked in document order (blocks included). A role run with
     `tasks_from: X` is the step X (`served`), otherwise (and for its `stage`) the role's name
     without `vllm_`. The rolling play (playbooks/roll.yml, imported) switches and restarts what
     was staged, in the same order."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key == "roles" and isinstance(value, list):
-                for role in value:
-                    name = role["role"] if isinstance(role, dict) else role
-                    steps.append(name.rpartition(".")[2].replace("vllm_", "", 1))
-            elif key in ROLE_ACTIONS:
-                # A role's staging half (`tasks_from: stage`) is the role's step.
-                tasks_from = value.get("tasks_from")
-                role = value["name"].rpartition(".")[2].replace("vllm_", "", 1)
-                steps.append(tasks_from if tasks_from not in (None, "main", "stage") else role)
-            else:
-                pipeline(value, steps)
-    elif isinstance(node, list):
-        for value in node:
-            pipeline(value, steps)
+    for role, tasks_from in role_calls(node):
+        # A role's staging half (`tasks_from: stage`) is the role's step.
+        steps.append(tasks_from if tasks_from not in (None, "main", "stage") else role.replace("vllm_", "", 1))
     return steps
 
 

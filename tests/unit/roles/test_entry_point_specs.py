@@ -15,12 +15,11 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from tests.helpers.ansible_names import entry_point_reads
+from tests.helpers.ansible_names import entry_point_reads, role_calls
 
 ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "tasks").is_dir())
 # The playbooks and the task files they import (playbooks/tasks/), which read variables too.
 PLAYBOOKS = sorted((ROOT / "playbooks").glob("*.yml")) + sorted((ROOT / "playbooks" / "tasks").glob("*.yml")) + [ROOT / "deploy.yml"]
-ROLE_ACTIONS = ("ansible.builtin.import_role", "ansible.builtin.include_role", "import_role", "include_role")
 RENAMED = yaml.safe_load((ROOT / "roles" / "fleet_vllm" / "vars" / "main.yml").read_text())["__fleet_vllm_renamed"]
 
 # Settings of one role that another one reads, and why that is one setting read where it is
@@ -48,18 +47,7 @@ def inputs():
 
 def called_entry_points(node, found):
     """(role, tasks_from) of every import_role/include_role and `roles:` entry of a playbook."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key == "roles" and isinstance(value, list):
-                for role in value:
-                    found.add(((role["role"] if isinstance(role, dict) else role).rpartition(".")[2], "main"))
-            elif key in ROLE_ACTIONS:
-                found.add((value["name"].rpartition(".")[2], value.get("tasks_from", "main")))
-            else:
-                called_entry_points(value, found)
-    elif isinstance(node, list):
-        for value in node:
-            called_entry_points(value, found)
+    found.update((role, tasks_from or "main") for role, tasks_from in role_calls(node))
     return found
 
 
