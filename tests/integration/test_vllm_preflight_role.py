@@ -21,7 +21,7 @@ import yaml
 from conftest import FIXTURES, ROOT, run_playbook
 from tests.hub.api_server import HubApi
 
-from ansible_collections.fleet.vllm.plugins.modules.preflight import SHM_MIN_BYTES
+from ansible_collections.fleet.vllm.plugins.module_utils._host_limits import SHM_MIN_BYTES
 
 pytestmark = pytest.mark.integration
 
