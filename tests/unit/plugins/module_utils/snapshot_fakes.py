@@ -11,7 +11,7 @@ DEFAULTS = dict(repo_id="nvidia/Kimi-K2.5-NVFP4", revision="main", dest=None, st
                 endpoint="https://huggingface.co", token=None, allow_patterns=None, ignore_patterns=None, max_workers=8,
                 disable_xet=False, python=None, peer=None, peer_fallback=False, peer_wait=3600, offline=False, deep=False,
                 disk_margin_percent=5, retries=5, retry_delay=10.0, stall_timeout=300, request_timeout=60, listing=None,
-                verified_record=None, progress_file=None, progress_interval=10, variable_prefix="")
+                verified_record=None, progress_file=None, progress_interval=10, variable_prefix="", variables={})
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
