@@ -239,7 +239,7 @@ def test_a_given_size_skips_the_hub_and_too_few_gpus_fail(tmp_path, hub):
 
 def test_settings_the_specs_cannot_check_fail_first_with_what_to_do(tmp_path, hub):
     server = hub({})
-    proc, out = play(tmp_path, {"fleet_vllm_controller_hub_endpoint": server.endpoint, "fleet_vllm_tensor_parallel_size": 0,
+    proc, out = play(tmp_path, {"fleet_vllm_controller_hub_endpoint": server.endpoint, "vllm_preflight_pipeline_parallel_size": 0,
                                 "vllm_preflight_nccl_env": {"NCCL_PROTO": "LL", "CUDA_VISIBLE_DEVICES": "0"}})
 
     assert proc.returncode == 2 and server.requests == []
@@ -247,12 +247,12 @@ def test_settings_the_specs_cannot_check_fail_first_with_what_to_do(tmp_path, hu
     assert sorted(failed) == list(HOSTS)
     for result in failed.values():
         assert result["msg"] == (
-            "fleet_vllm_tensor_parallel_size is 0: set it to the number of GPUs one model replica spans (1 or "
-            "more); vllm_preflight_nccl_env holds CUDA_VISIBLE_DEVICES: it is for NCCL_* variables only")
+            "vllm_preflight_pipeline_parallel_size is 0: set it to 1 or more; vllm_preflight_nccl_env holds "
+            "CUDA_VISIBLE_DEVICES: it is for NCCL_* variables only")
     assert results(out, "Check the host against what vLLM and the model need") == {}
 
 
-OWNER_NAME = "To read the model's size from the Hub, fleet_vllm_model_repo must be owner/name (%s)"
+OWNER_NAME = "fleet_vllm_model_repo is '%s': set it to owner/name, such as nvidia/Kimi-K2.5-NVFP4"
 
 
 @pytest.mark.parametrize("repo, accepted", [
@@ -270,7 +270,8 @@ def test_a_repo_id_with_an_s_is_owner_name(tmp_path, hub, repo, accepted):
     proc, out = play(tmp_path, {"fleet_vllm_controller_hub_endpoint": server.endpoint, "fleet_vllm_model_repo": repo,
                                 "fleet_vllm_pristine_dir": str(tmp_path / "models" / repo.replace("/", "--"))})
 
-    inputs = results(out, "Check the settings that argument specs cannot express")
+    # The shared role checks the repository (every role reads it), first in the play.
+    inputs = results(out, "Check the shared settings that argument specs cannot express")
     assert sorted(inputs) == list(HOSTS)
     if accepted:
         assert proc.returncode == 0, proc.stdout[-3000:]
@@ -282,6 +283,7 @@ def test_a_repo_id_with_an_s_is_owner_name(tmp_path, hub, repo, accepted):
         assert proc.returncode == 2 and server.requests == []
         for result in inputs.values():
             assert result["failed"] is True and result["msg"].startswith(OWNER_NAME % repo), result["msg"]
+        assert results(out, "Check the settings that argument specs cannot express") == {}
         assert results(out, "Check the host against what vLLM and the model need") == {}
 
 
@@ -292,7 +294,9 @@ def test_argument_specs_mirror_the_defaults_key_for_key():
     for name, spec in options.items():
         assert spec["default"] == defaults[name], name
         assert spec["description"], name
-    assert options["fleet_vllm_hf_token"].get("no_log") is True
+    # The token is a shared setting now; its spec keeps it out of every log.
+    shared = yaml.safe_load((ROLE.parent / "fleet_vllm" / "meta" / "argument_specs.yml").read_text())
+    assert shared["argument_specs"]["main"]["options"]["fleet_vllm_hf_token"].get("no_log") is True
 
 
 def test_a_token_never_goes_to_a_plain_http_endpoint_unless_allowed(tmp_path):
