@@ -63,6 +63,12 @@ def test_the_helpers_name_the_options_with_their_prefix(host):
     assert (GB, GIB, MIB, SHM_MIN_BYTES) == (10 ** 9, 2 ** 30, 2 ** 20, {"cuda": 16 * 2 ** 30, "cpu": 512 * 2 ** 20})
 
 
+def test_an_option_set_by_a_shared_setting_is_named_by_it(host):
+    checks = limits(host, variables={"nofile_min": "fleet_vllm_nofile_min"}, nofile_min=4096)
+    assert (checks.var("nofile_min"), checks.setting("nofile_min")) == ("fleet_vllm_nofile_min", "fleet_vllm_nofile_min=4096")
+    assert checks.var("shm_dir") == "vllm_shm_dir"
+
+
 # ---- disk -----------------------------------------------------------------------------------------
 
 
