@@ -89,7 +89,9 @@ def use_cpu_platform_if_unspecified(notes):
     """Builds up to 0.16 leave the platform unspecified on a GPU-less host, and their parser
     then fails: give them vLLM's CpuPlatform, as vLLM does with VLLM_TARGET_DEVICE=cpu."""
     try:
-        import vllm.platforms as platforms
+        # not "from vllm import platforms": a build without the package is named by its module
+        import vllm.platforms
+        platforms = vllm.platforms
         current = platforms.current_platform
         unspecified = current.is_unspecified() if hasattr(current, "is_unspecified") else not current.device_type
     except Exception as exc:
