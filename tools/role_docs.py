@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """The variable tables of the role READMEs, generated from the roles' meta/argument_specs.yml, so
 that a README cannot drift from what the role validates (its types, its defaults, its entry points).
 
@@ -106,16 +106,16 @@ def table(role):
                     by.setdefault(name, []).append(other)
         lines += ["| variable | type | default | read by | meaning |", "|---|---|---|---|---|"]
         for name, option in options.items():
-            lines.append("| `%s` | %s | %s | %s | %s |" % (name, kind(option), default(option),
-                                                            ", ".join(by.get(name, [])) or "-", description(option)))
+            readers_of = ", ".join(by.get(name, [])) or "-"
+            lines.append("| `%s` | %s | %s | %s | %s |" % (name, kind(option), default(option), readers_of, description(option)))
     else:
         lines.append("Entry points (`tasks_from`): %s." % "; ".join(
             "`%s` - %s" % (entry, markdown((spec or {}).get("short_description", "")).rstrip("."))
             for entry, spec in entries.items()))
         lines += ["", "| variable | type | default | entry points | meaning |", "|---|---|---|---|---|"]
         for name, option in options.items():
-            lines.append("| `%s` | %s | %s | %s | %s |" % (name, kind(option), default(option),
-                                                            ", ".join(readers[name]), description(option)))
+            entry_points = ", ".join(readers[name])
+            lines.append("| `%s` | %s | %s | %s | %s |" % (name, kind(option), default(option), entry_points, description(option)))
         shared = shared_reads(role)
         if shared:
             lines += ["", "The shared settings it reads, set once for every role (`fleet.vllm.fleet_vllm`): %s."

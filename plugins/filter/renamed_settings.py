@@ -28,10 +28,6 @@ options:
     description: Each old name and the new name that replaces it.
     type: dict
     required: true
-  removed_in:
-    description: The release that stops reading the old names.
-    type: str
-    default: "0.4.0"
 """
 
 EXAMPLES = r"""
@@ -53,7 +49,7 @@ from ansible.utils.display import Display
 display = Display()
 
 
-def renamed_settings(settings, renamed, removed_in="0.4.0"):
+def renamed_settings(settings, renamed):
     if not isinstance(settings, dict) or not isinstance(renamed, dict):
         raise AnsibleFilterError("fleet.vllm.renamed_settings: the old names and the renames must be mappings")
     values, source = {}, {}
@@ -69,7 +65,7 @@ def renamed_settings(settings, renamed, removed_in="0.4.0"):
         values[new], source[new] = settings[old], source.get(new, old)
         display.deprecated("%s is renamed %s, which every role of fleet.vllm reads: set %s instead (until then the "
                            "value of %s is used as %s, for every role)" % (old, new, new, old, new),
-                           version=removed_in, collection_name="fleet.vllm")
+                           version="0.4.0", collection_name="fleet.vllm")
     return values
 
 

@@ -90,7 +90,7 @@ def use_cpu_platform_if_unspecified(notes):
     then fails: give them vLLM's CpuPlatform, as vLLM does with VLLM_TARGET_DEVICE=cpu."""
     try:
         # not "from vllm import platforms": a build without the package is named by its module
-        import vllm.platforms
+        import vllm.platforms  # pylint: disable=consider-using-from-import
         platforms = vllm.platforms
         current = platforms.current_platform
         unspecified = current.is_unspecified() if hasattr(current, "is_unspecified") else not current.device_type

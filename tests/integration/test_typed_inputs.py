@@ -58,9 +58,9 @@ def test_a_wrongly_typed_variable_stops_the_run_before_any_change_naming_it(tmp_
     assert re.search(r"\b%s\b" % named, result["msg"]), result
     # Nothing but the shared role's checks ran before it (and the include_role of verify.yml and
     # diagnose.yml that brings them): no task of any role that changes a host.
-    shared_spec = {t for t, _ in ran if t.startswith("Validating arguments against arg spec 'main' - The settings")}
+    shared_spec = {t for t, dummy in ran if t.startswith("Validating arguments against arg spec 'main' - The settings")}
     includes = {t for t, r in ran if r.get("action") == "ansible.builtin.include_role" and not r.get("failed")}
-    assert {task for task, _ in ran} - FLEET_VLLM_TASKS - shared_spec - includes <= {name}, ran
+    assert {task for task, dummy in ran} - FLEET_VLLM_TASKS - shared_spec - includes <= {name}, ran
     assert run.stats("gpu-a")["changed"] == 0
 
 

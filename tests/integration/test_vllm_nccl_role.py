@@ -100,7 +100,7 @@ def test_an_allowed_extra_prefix_does_not_open_vllm_variables(tmp_path):
 def test_reviewed_vllm_variables_are_written(tmp_path):
     env_file = tmp_path / "nccl.env"
     rc, stats, dummy = play(env_file, fleet_vllm_nccl_env={"VLLM_HOST_IP": "10.0.0.5", "VLLM_NO_USAGE_STATS": 1,
-                                                     "VLLM_ENGINE_READY_TIMEOUT_S": 3600, "VLLM_CPU_KVCACHE_SPACE": 1})
+                                                           "VLLM_ENGINE_READY_TIMEOUT_S": 3600, "VLLM_CPU_KVCACHE_SPACE": 1})
     assert rc == 0
     assert sourced(env_file) == {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS", "VLLM_HOST_IP": "10.0.0.5",
                                  "VLLM_NO_USAGE_STATS": "1", "VLLM_ENGINE_READY_TIMEOUT_S": "3600",

@@ -151,7 +151,7 @@ def test_no_filter_turns_a_typo_into_a_default():
     settings = set(typed)
     loose = set()
     for path in [p for p in (ROOT / "roles").rglob("*") if p.suffix in (".yml", ".j2")] + PLAYBOOKS:
-        for name, _ in FILTERED.findall(path.read_text()):
+        for name, dummy in FILTERED.findall(path.read_text()):
             if name in settings and typed[name] not in ("int", "float", "bool"):
                 loose.add("%s (%s, typed %s)" % (name, path.relative_to(ROOT), typed[name]))
     assert not loose, sorted(loose)

@@ -34,9 +34,9 @@ def test_nothing_set_is_nothing_to_do(warnings):
 
 
 def test_two_old_names_of_one_setting_agreeing_are_one_value(warnings):
-    assert renamed_settings({"vllm_server_platform": "cpu", "vllm_preflight_platform": "cpu"}, RENAMED,
-                            removed_in="9.9.9") == {"fleet_vllm_platform": "cpu"}
-    assert [kw["version"] for _, kw in warnings] == ["9.9.9", "9.9.9"]
+    assert renamed_settings({"vllm_server_platform": "cpu", "vllm_preflight_platform": "cpu"}, RENAMED) \
+        == {"fleet_vllm_platform": "cpu"}
+    assert [kw["version"] for dummy, kw in warnings] == ["0.4.0", "0.4.0"]
 
 
 def test_two_old_names_of_one_setting_disagreeing_stop_without_showing_the_values(warnings):
