@@ -73,6 +73,8 @@ _RULES_SOURCES = (
     "plugins/module_utils/_kv_cache.py",
     "plugins/module_utils/_vllm_support.py",
     "plugins/module_utils/_vllm_probe_payload.py",
+    # the weighing of the build's answers against the CPU platform's pick and the table (out of vllm_probe)
+    "plugins/module_utils/_vllm_probe_verdict.py",
 )
 _COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -162,3 +162,31 @@ def test_the_decision_key_is_the_digest_of_the_inputs_then_each_rules_file():
     assert module.kv_cache_decision_key(INPUTS) == digest.hexdigest()
     as_path = dict(INPUTS, model_path=PurePosixPath(INPUTS["model_path"]))
     assert module.kv_cache_decision_key(as_path) == digest.hexdigest()
+
+
+# What the modules that decide import but that does not decide (a change to it needs no new decision).
+NOT_RULES = {
+    "plugins/module_utils/_vllm_probe_cache.py": "where answers are kept, not what they are",
+    "plugins/module_utils/_json_edit.py": "how a JSON file is rewritten, not what is stripped",
+}
+
+
+def test_every_module_util_that_decides_is_in_the_decision_key():
+    """A split of vllm_probe moved the weighing of the answers into _vllm_probe_verdict: a change
+    there changes decisions, so it must change the key (it was missing after the split)."""
+    import re
+
+    from ansible_collections.fleet.vllm.plugins.filter import kv_cache_decision as module
+
+    root = Path(module._COLLECTION_ROOT)
+    pending, seen = ["plugins/modules/vllm_probe.py", "plugins/modules/kv_cache_config.py"], set()
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for util in re.findall(r"^from ansible_collections\.fleet\.vllm\.plugins\.module_utils\.(\w+) import",
+                               (root / name).read_text(), re.M):
+            pending.append("plugins/module_utils/%s.py" % util)
+    deciding = sorted(seen - set(NOT_RULES))
+    assert [name for name in deciding if name not in module._RULES_SOURCES] == []
