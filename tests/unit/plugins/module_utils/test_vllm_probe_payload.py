@@ -28,16 +28,10 @@ from tests.helpers.fake_vllm import (
     backends_host,
     cpu_platform,
     cuda_host,
+    fake,
     kv_functions,
-    modules,
     torch_module,
 )
-
-
-@pytest.fixture
-def fake(monkeypatch):
-    """Stand-in vLLM modules for this test (tests/helpers/fake_vllm.py)."""
-    yield from modules(monkeypatch)
 
 
 # ---- small helpers -----------------------------------------------------------------------------

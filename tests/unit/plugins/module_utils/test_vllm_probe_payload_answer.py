@@ -27,16 +27,10 @@ from tests.helpers.fake_vllm import (
     MLA_ATTENTION,
     Backend,
     a_build,
-    modules,
+    fake,
     registry,
     serve_parser_modules,
 )
-
-
-@pytest.fixture
-def fake(monkeypatch):
-    """Stand-in vLLM modules for this test (tests/helpers/fake_vllm.py)."""
-    yield from modules(monkeypatch)
 
 
 # ---- the server's flags ---------------------------------------------------------------------------------
