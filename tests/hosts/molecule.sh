@@ -30,7 +30,9 @@ export ANSIBLE_INJECT_FACT_VARS=false
 # The scenarios, in the order `all` runs them. NAME@amx-MODE runs NAME with
 # FLEET_VLLM_TEST_CPU_AMX=MODE: real_engine@amx-flip is the real engine on the MLA backend this
 # machine's processor does not get (AMX_MLA without AMX tiles, CPU_MLA with them; the test fixture
-# tests/fixtures/python/fleet_vllm_test_amx.py), so that both branches are proven on any machine.
+# tests/fixtures/python/fleet_vllm_test_amx.py), so that both branches are proven on any machine
+# that can run them: AMX_MLA needs AVX-512 BF16 (the fixture's header), and where the processor has
+# neither that nor AMX tiles, real_engine@amx-flip is not run and the summary says why.
 scenarios=(default real_engine real_engine@amx-flip kv_auto onboard upgrade_rollback failures gateway)
 
 log() { printf 'molecule.sh: %s\n' "$*" >&2; }
@@ -69,6 +71,20 @@ for scenario in "${scenarios[@]}"; do
     name=${scenario%%@*}
     amx=${FLEET_VLLM_TEST_CPU_AMX:-}
     [[ ${scenario} == *@amx-* ]] && amx=${scenario#*@amx-}
+    # A branch this processor cannot run (AMX_MLA without AVX-512 BF16: the fixture says why) is
+    # not run, and the summary says so; the scenario proves the branch the processor takes.
+    if [[ ${scenario} == *@amx-* ]]; then
+        rc=0
+        cannot=$(python3 "${root}/tests/fixtures/python/fleet_vllm_test_amx.py" "${amx}" 2>&1 >/dev/null) || rc=$?
+        if ((rc == 3)); then
+            summary+=("$(printf '%-22s not run on this processor: %s' "${scenario}" "${cannot}")")
+            continue
+        elif ((rc)); then
+            summary+=("$(printf '%-22s FAILED: %s' "${scenario}" "${cannot}")")
+            failed=1
+            continue
+        fi
+    fi
     if FLEET_VLLM_TEST_CPU_AMX=${amx} molecule test -s "${name}" 2>&1 | tee "${scenario_log}"; then
         summary+=("$(printf '%-22s passed in %4d s: %s' "${scenario}" $((SECONDS - t)) "$(proves "${name}")")")
     else
@@ -79,6 +95,12 @@ for scenario in "${scenarios[@]}"; do
 done
 log "scenarios:"
 printf '  %s\n' "${summary[@]}" >&2
+# What the real engine's CPU backends depend on (AMX_MLA or CPU_MLA, and whether AMX_MLA can run):
+# in the summary, so that a failure there can be read against the processor it met.
+log "processor: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1); flags:$(
+    for flag in avx2 avx512f avx512_bf16 amx_tile; do
+        grep -qw "${flag}" /proc/cpuinfo && printf ' %s' "${flag}" || printf ' no-%s' "${flag}"
+    done)"
 if ((${#why[@]})); then
     # What failed, in a few lines: the step, the failed task or assertion (the whole output is above).
     log "why:"
