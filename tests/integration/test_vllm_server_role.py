@@ -91,7 +91,9 @@ def test_rendered_unit_passes_systemd_analyze_verify(tmp_path):
         "--enable-auto-tool-choice --trust-remote-code --served-model-name nvidia/Kimi-K2.5-NVFP4 "
         '--host 127.0.0.1 --port 8000 --hf-overrides "{\\"note\\":\\"a $$b\\"}"' % python)
     assert "--disable-log-requests" not in text and "api-key" not in text
-    assert "ExecStartPre=+/usr/bin/python3 /usr/local/libexec/fleet-vllm/cleanup vllm /dev/shm" in text
+    # Issue 24 point 1: the root cleanup gets no environment of the unit's and an isolated Python
+    # (tests/unit/roles/test_root_commands.py).
+    assert "ExecStartPre=+/usr/bin/env -i /usr/bin/python3 -I /usr/local/libexec/fleet-vllm/cleanup vllm /dev/shm" in text
     # The sandbox (README "Sandbox"): writable only the home, a private /tmp and /dev/shm; the GPUs' devices only.
     for line in ("NoNewPrivileges=yes", "CapabilityBoundingSet=", "ProtectSystem=strict", "ReadWritePaths=/var/lib/vllm",
                  "ProtectHome=yes", "PrivateTmp=yes", "DevicePolicy=closed", "DeviceAllow=char-nvidia* rw",
