@@ -49,6 +49,24 @@ def test_the_front_door_on_vllms_own_port_is_refused():
     assert "vllm_gateway_frontdoor_port and vllm_gateway_engine_port" in msg
 
 
+# Issue 24 point 11: every value haproxy.cfg.j2 writes, each element of a list on its own, is one word of HAProxy's
+# configuration. A newline in vllm_gateway_bind_address wrote "http-request allow" before the key check (haproxy -c
+# accepted it, /invocations answered without a key); the next attack on the same sink is any other value it writes.
+@pytest.mark.parametrize("variables, named", [
+    ({"vllm_gateway_bind_address": "*:8080\n    http-request allow"}, "vllm_gateway_bind_address (a newline)"),
+    ({"vllm_gateway_bind_address": "127.0.0.1\r\n    http-request allow"}, "vllm_gateway_bind_address (a carriage return)"),
+    ({"vllm_gateway_bind_address": "* # all"}, "vllm_gateway_bind_address (a blank)"),
+    ({"vllm_gateway_tls_certificate": "/etc/haproxy/site.pem\n    http-request allow"},
+     "vllm_gateway_tls_certificate (a newline)"),
+    ({"vllm_gateway_paths": ["/v1/models", "/v1/chat/completions\r"]}, "vllm_gateway_paths[1] (a carriage return)"),
+    ({"vllm_gateway_paths": ["/v1/models\n    http-request allow"]}, "vllm_gateway_paths[0] (a newline)"),
+    ({"vllm_gateway_check_model": "kimi\n"}, "vllm_gateway_check_model (a newline)"),
+])
+def test_a_value_that_would_break_a_line_of_haproxys_configuration_is_refused(variables, named):
+    msg, run = refused(vllm_server_api_key="k1", **variables)
+    assert named in msg and "HAProxy's configuration" in msg, msg
+
+
 # ---- the gateways' completion check: the collection's one readiness probe --------------------
 
 RENDER = ROOT / "tests" / "integration" / "playbooks" / "vllm_gateway_render.yml"
