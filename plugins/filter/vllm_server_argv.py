@@ -26,6 +26,9 @@ description:
     C(_) for C(-) (C(--api_key)), with C(=value) (C(--api-ke=...)), or with a dotted JSON key
     (C(--api-key.x)). Refusing every prefix is a superset of what one vLLM build accepts; the
     prefixes it does not take as the secret flag are ambiguous or unknown there, errors either way."
+  - A flag that O(_input) sets is refused in O(extra) the same way, however spelled (C(--hos 0.0.0.0) is
+    C(--host 0.0.0.0) to argparse): the role's own variable sets it, and its checks apply (C(--host) is
+    loopback unless C(vllm_server_allow_non_loopback_host)).
   - Companion filter P(fleet.vllm.systemd_exec_args#filter) quotes the list for a systemd
     C(ExecStart=) line.
 options:
@@ -72,6 +75,11 @@ FLAG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 # are the flags of vLLM's serve parser that take a secret (vLLM 0.16.0 and 0.33.0; docs/evidence.md
 # section 2): every other flag takes a setting, a path or a JSON config.
 SECRET_FLAGS = {"--api-key": "vllm_server_api_key", "--hf-token": "vllm_server_hf_token"}
+# What to set instead of a flag of the role's own, where a word more than "its variable" helps.
+OWN_FLAG_HINTS = {
+    "--host": "set vllm_server_host (an address other than loopback also needs "
+              "vllm_server_allow_non_loopback_host: true; the front door is what the network reaches)",
+}
 REFUSED_FLAGS = {
     "--disable-log-requests": "it is deprecated (vLLM PR #21739), rejected by some builds, and "
                               "request logging is already off by default",
@@ -123,16 +131,22 @@ def _option_name(arg):
     return "--" + name[2:].replace("_", "-") if name.startswith("--") else name
 
 
-def secret_flag(arg):
-    """The secret flag an argument would set in vLLM however it is spelled, or None. argparse
-    (allow_abbrev, on in vLLM's parser) takes any unambiguous prefix of a long option."""
+def resolved_flag(arg, flags):
+    """The flag of ``flags`` an argument would set in vLLM however it is spelled, or None. argparse
+    (allow_abbrev, on in vLLM's parser) takes any unambiguous prefix of a long option; a prefix of
+    several of ``flags`` is taken for the first, sorted (vLLM refuses it as ambiguous either way)."""
     name = _option_name(to_text(arg))
     if len(name) <= 2 or not name.startswith("--"):
         return None
-    for flag in sorted(SECRET_FLAGS):
+    for flag in sorted(flags):
         if flag.startswith(name):
             return flag
     return None
+
+
+def secret_flag(arg):
+    """The secret flag an argument would set in vLLM however it is spelled, or None."""
+    return resolved_flag(arg, SECRET_FLAGS)
 
 
 def vllm_server_argv(args, extra=None, variable="vllm_server_extra_args"):
@@ -162,11 +176,18 @@ def vllm_server_argv(args, extra=None, variable="vllm_server_extra_args"):
     for flag in sorted(_flags_in(more)):
         if flag in REFUSED_FLAGS:
             raise AnsibleFilterError("%s sets %s: leave it out, %s" % (variable, flag, REFUSED_FLAGS[flag]))
-    twice = sorted(_flags_in(more) & _flags_in(argv))
+    # A flag of the role's is refused however abbreviated (issue 24 point 12: "--hos 0.0.0.0" passed an
+    # exact-name comparison and argparse read it as --host, past the loopback check of vllm_server_host).
+    own = _flags_in(argv)
+    twice = dict((resolved_flag(arg, own), _option_name(arg)) for arg in reversed(more) if arg.startswith("--"))
+    twice.pop(None, None)
     if twice:
+        flags = sorted(twice)
+        hints = [OWN_FLAG_HINTS[flag] for flag in flags if flag in OWN_FLAG_HINTS]
         raise AnsibleFilterError(
-            "%s sets %s, which the role already sets from its own variables: change those instead"
-            % (variable, ", ".join(twice)))
+            "%s sets %s, which the role already sets from its own variables: change those instead%s"
+            % (variable, ", ".join(flag if twice[flag] == flag else "%s (as %s)" % (flag, twice[flag]) for flag in flags),
+               "".join("; " + hint for hint in hints)))
     return argv + more
 
 

@@ -52,6 +52,17 @@ def play(playbook, **extra):
     ({"vllm_server_group": "vllm\nExecStartPost=+/bin/true"}, ["vllm_server_group is"]),
     ({"vllm_server_user": "vllm\n"}, ["vllm_server_user is"]),
     ({"vllm_server_port": "8000\n"}, ["vllm_server_port is"]),
+    # Issue 24 point 12: vLLM answers /invocations without a key; the network reaches the front door, not vLLM.
+    ({"vllm_server_host": "0.0.0.0"}, ["vllm_server_host is \"0.0.0.0\"", "vllm_server_allow_non_loopback_host: true"]),
+    ({"vllm_server_host": "::"}, ["vllm_server_host is \"::\"", "not a loopback address"]),
+    ({"vllm_server_host": "0"}, ["vllm_server_host is \"0\"", "not a loopback address"]),
+    ({"vllm_server_host": "192.168.1.20"}, ["vllm_server_host is", "not a loopback address"]),
+    ({"vllm_server_host": "gpu-a.example.com"}, ["vllm_server_host is", "not a loopback address"]),
+    ({"vllm_server_host": "127.0.0.1\n"}, ["vllm_server_host is", "not a loopback address"]),
+    # ... nor through vllm_server_extra_args, however argparse would read --host.
+    ({"vllm_server_extra_args": {"hos": "0.0.0.0"}}, ["vllm_server_extra_args sets --host (as --hos)", "vllm_server_host"]),
+    ({"vllm_server_extra_args": ["--ho", "0.0.0.0"]}, ["vllm_server_extra_args sets --host (as --ho)", "vllm_server_host"]),
+    ({"vllm_server_extra_args": ["--host=0.0.0.0"]}, ["vllm_server_extra_args sets --host", "vllm_server_host"]),
 ])
 def test_bad_input_fails_before_anything_changes(variables, words):
     user = "fleet-vllm-test-never"
@@ -69,6 +80,16 @@ def test_bad_input_fails_before_anything_changes(variables, words):
     with pytest.raises(KeyError):
         pwd.getpwnam(user)
     assert not Path("/nonexistent-fleet-vllm").exists()
+
+
+@pytest.mark.parametrize("host, allow", [("::1", False), ("localhost", False), ("127.0.0.2", False), ("0.0.0.0", True)])
+def test_a_loopback_host_or_the_opt_in_passes_the_host_check(host, allow):
+    """The check after it fails instead (a tensor-parallel size that does not divide the 8 GPUs): the host passed."""
+    extra = {"fleet_vllm_served_model_path": "/srv/models/kimi", "vllm_server_user": "fleet-vllm-test-never",
+             "vllm_server_host": host, "vllm_server_allow_non_loopback_host": allow, "fleet_vllm_tensor_parallel_size": 3}
+    rc, stats, tasks = play("vllm_server.yml", **extra)
+    msg = [r for dummy, r in tasks if r.get("failed")][0]["msg"]
+    assert rc != 0 and stats["changed"] == 0 and "fleet_vllm_tensor_parallel_size is 3" in msg, msg
 
 
 @prerequisite(shutil.which("systemd-analyze"), reason="systemd-analyze is not installed (Debian: systemd)")

@@ -278,3 +278,30 @@ print(json.dumps(out))
     # The oracle is not vacuous: abbreviations, "_" and "=" forms are among those vLLM accepts.
     assert ["--api-k", "VALUE"] in read_as_secret and ["--hf_tok=VALUE"] in read_as_secret
     assert ["--api-key.k", "VALUE"] in read_as_secret
+
+
+# Issue 24 point 12: argparse takes any unambiguous prefix of a long option, so "--hos 0.0.0.0"
+# set --host behind the exact-name duplicate guard. Every spelling of a flag the role sets is
+# refused, however vLLM would read it: abbreviated, "=value", "_" for "-", a dotted key, a dict key.
+ROLE_SPELLINGS = [
+    (["--hos", "0.0.0.0"], "--host"), (["--ho", "0.0.0.0"], "--host"), (["--host=0.0.0.0"], "--host"),
+    (["--HOST", "::"], "--host"), (["--host.x=0"], "--host"), (["--po", "9000"], "--port"),
+    (["--max-num-seqs", "4", "--tensor_parallel", "2"], "--tensor-parallel-size"),
+    ({"hos": "0.0.0.0"}, "--host"), ({"ho": "::"}, "--host"), ({"HOST": "0"}, "--host"),
+]
+
+
+@pytest.mark.parametrize("extra, flag", ROLE_SPELLINGS)
+def test_a_flag_the_role_sets_is_refused_however_abbreviated(extra, flag):
+    with pytest.raises(AnsibleFilterError) as err:
+        vllm_server_argv({"host": "127.0.0.1", "port": 8000, "tensor_parallel_size": 8}, extra=extra)
+    message = str(err.value)
+    assert "vllm_server_extra_args sets %s" % flag in message and "already sets" in message, message
+    if flag == "--host":
+        assert "vllm_server_host" in message and "vllm_server_allow_non_loopback_host" in message, message
+
+
+@pytest.mark.parametrize("extra", [["--host-x"], ["--hosts", "a"], ["--port-range=1"], ["--max-num-seqs", "4"], ["-h"]])
+def test_a_longer_flag_than_the_roles_is_not_taken_for_it(extra):
+    """Only a prefix of a role flag is that flag: --host-x names another option (or none: vLLM says so)."""
+    assert vllm_server_argv({"host": "127.0.0.1", "port": 8000}, extra=extra)[4:] == extra
