@@ -16,7 +16,10 @@ description:
     (C(GET /api/models/REPO/tree/COMMIT?recursive=true), every page of it).
   - A lookup runs in the controller's own process - no module is sent anywhere - so the roles ask it once per play
     for the price of the HTTP requests, where an M(ansible.builtin.uri) task costs a module run.
-  - The token, when given, goes in an C(Authorization) header and never into a message.
+  - The token, when given, goes in an C(Authorization) header and never into a message, and only to the scheme, host
+    and port of O(endpoint) - a C(Link) next page or a redirect to another origin is followed without it (the Hub's
+    answers name any URL, and a mirror, or whoever answers for it, could send the token on to a host of its choice).
+  - A token with an C(http://) O(endpoint) is refused unless O(token_over_http), since anyone on the path would read it.
 options:
   _terms:
     description: The repository, C(owner/name).
@@ -35,6 +38,16 @@ options:
     description: A Hugging Face token for gated and private repositories; empty for none.
     type: str
     default: ""
+  token_over_http:
+    description:
+      - Send the token to an C(http://) O(endpoint) (a site mirror on a network you trust; the roles pass
+        C(fleet_vllm_hf_token_over_http)). Without it a token with such an endpoint is refused before any request.
+    type: bool
+    default: false
+  endpoint_variable:
+    description: The variable O(endpoint) comes from, for error messages.
+    type: str
+    default: the endpoint
   files:
     description: Also list the commit's files.
     type: bool
@@ -92,7 +105,7 @@ import re
 from ansible.errors import AnsibleLookupError
 from ansible.module_utils.common.text.converters import to_native
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
-from ansible.module_utils.six.moves.urllib.parse import quote
+from ansible.module_utils.six.moves.urllib.parse import quote, urljoin, urlsplit
 from ansible.module_utils.urls import open_url
 from ansible.plugins.lookup import LookupBase
 
@@ -102,28 +115,59 @@ COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 NEXT_RE = re.compile(r'<([^>]+)>\s*;\s*rel="?next"?')
 MAX_PAGES = 1000
+# What urllib follows by itself (http.client's redirect codes); the lookup follows them so that it
+# decides, for each hop, whether the token goes along.
+REDIRECTS = (301, 302, 303, 307, 308)
+MAX_REDIRECTS = 10
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def origin(url):
+    """(scheme, host, port) of a URL, as a browser compares origins (RFC 6454): the host lowercased,
+    the port the scheme's default when none is given; None for a URL that has no host."""
+    parts = urlsplit(url)
+    scheme = (parts.scheme or "").lower()
+    try:
+        port = parts.port
+    except ValueError:
+        return None
+    if not parts.hostname:
+        return None
+    return scheme, parts.hostname.lower(), port or DEFAULT_PORTS.get(scheme)
 
 
 class LookupModule(LookupBase):
 
     def get(self, url, what):
-        headers = {"Accept": "application/json"}
-        token = self.get_option("token")
-        if token:
-            headers["Authorization"] = "Bearer " + token
-        try:
-            response = open_url(url, headers=headers, validate_certs=self.get_option("validate_certs"),
-                                timeout=self.get_option("timeout"), follow_redirects="safe")
-            body = response.read()
-            link = response.headers.get("Link") or ""
-        except HTTPError as exc:
-            raise AnsibleLookupError(self.problem(what, url, "HTTP %d %s" % (exc.code, exc.reason)))
-        except (URLError, OSError, ValueError) as exc:
-            raise AnsibleLookupError(self.problem(what, url, to_native(getattr(exc, "reason", exc))))
-        try:
-            return json.loads(body.decode("utf-8")), link
-        except ValueError:
-            raise AnsibleLookupError(self.problem(what, url, "the answer is not JSON"))
+        """The JSON answer of ``url`` and its Link header, redirects followed here rather than by urllib:
+        ansible's redirect handler keeps every header, the token's too, whatever host a Location names."""
+        for dummy in range(MAX_REDIRECTS + 1):
+            headers = {"Accept": "application/json"}
+            token = self.get_option("token")
+            if token and origin(url) == self.origin:
+                headers["Authorization"] = "Bearer " + token
+            try:
+                response = open_url(url, headers=headers, validate_certs=self.get_option("validate_certs"),
+                                    timeout=self.get_option("timeout"), follow_redirects="none")
+                body = response.read()
+                link = response.headers.get("Link") or ""
+            except HTTPError as exc:
+                location = exc.headers.get("Location") if exc.code in REDIRECTS and exc.headers else None
+                if not location:
+                    raise AnsibleLookupError(self.problem(what, url, "HTTP %d %s" % (exc.code, exc.reason)))
+                target = urljoin(url, location)
+                if urlsplit(target).scheme.lower() not in DEFAULT_PORTS:
+                    raise AnsibleLookupError(self.problem(what, url, "redirected to %s, which is not an http(s) URL"
+                                                          % target))
+                url = target
+                continue
+            except (URLError, OSError, ValueError) as exc:
+                raise AnsibleLookupError(self.problem(what, url, to_native(getattr(exc, "reason", exc))))
+            try:
+                return json.loads(body.decode("utf-8")), link
+            except ValueError:
+                raise AnsibleLookupError(self.problem(what, url, "the answer is not JSON"))
+        raise AnsibleLookupError(self.problem(what, url, "more than %d redirects" % MAX_REDIRECTS))
 
     def problem(self, what, url, why):
         # An endpoint may carry credentials (https://user:password@mirror): they never reach a message.
@@ -136,6 +180,14 @@ class LookupModule(LookupBase):
         endpoint = (self.get_option("endpoint") or "").rstrip("/")
         if not re.match(r"^https?://[^/\s]+", endpoint):
             raise AnsibleLookupError("hub_revision: endpoint %r is not an http(s) URL" % (mask_credentials(endpoint),))
+        # The roles refuse this too, before anything changes (fleet_vllm_hf_token_over_http); here it holds for
+        # every caller, and before any request.
+        if self.get_option("token") and endpoint.lower().startswith("http://") and not self.get_option("token_over_http"):
+            raise AnsibleLookupError(
+                "hub_revision: a token is set and %s (%s) is plain http: the token would cross the network readable by "
+                "anyone on the path; use an https endpoint, or, for a site mirror on a network you trust, set "
+                "fleet_vllm_hf_token_over_http: true" % (self.get_option("endpoint_variable"), mask_credentials(endpoint)))
+        self.origin = origin(endpoint)
         if not revision or re.search(r"\s", revision):
             raise AnsibleLookupError("hub_revision: revision %r is empty or has blanks" % (revision,))
         results = []

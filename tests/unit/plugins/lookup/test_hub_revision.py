@@ -55,7 +55,7 @@ def routes(tree_pages=True):
 
 def test_the_commit_and_every_page_of_its_files_with_the_token_in_a_header(hub):
     server = hub(routes())
-    assert lookup(REPO, revision="main", endpoint=server.endpoint + "/", token=TOKEN) == [
+    assert lookup(REPO, revision="main", endpoint=server.endpoint + "/", token=TOKEN, token_over_http=True) == [
         {"commit": SHA, "files": PAGE1 + PAGE2}]
     assert server.requests == [
         ("/api/models/%s/revision/main" % REPO, "Bearer " + TOKEN),
@@ -78,7 +78,7 @@ def test_a_revision_with_a_slash_is_quoted(hub):
 def test_an_error_names_the_request_and_what_to_check_and_never_the_token(hub):
     server = hub({})
     with pytest.raises(AnsibleLookupError) as error:
-        lookup(REPO, revision="main", endpoint=server.endpoint, token=TOKEN)
+        lookup(REPO, revision="main", endpoint=server.endpoint, token=TOKEN, token_over_http=True)
     url = "%s/api/models/%s/revision/main" % (server.endpoint, REPO)
     assert str(error.value) == (
         "Cannot resolve %s at revision main from %s (GET %s): HTTP 404 Not Found. Check the endpoint, the repository, "
@@ -131,3 +131,70 @@ def test_without_resolve_the_revision_is_listed_as_named(hub):
     assert server.requests == [(tree, None)]
     by_sha = hub({"/api/models/%s/tree/%s?recursive=true" % (REPO, SHA): (200, PAGE2)})
     assert lookup(REPO, revision=SHA, endpoint=by_sha.endpoint, resolve=False) == [{"commit": SHA, "files": PAGE2}]
+
+
+# ---- issue 24 point 13: the token stays with the endpoint's origin --------------------------------
+# The Hub's Link header and its redirects name any URL: a mirror (or whoever answers for it) could
+# send the listing on to a host of its choice, and the Authorization header went along. Only a request
+# to the endpoint's own scheme, host and port carries it; the listing is still read from elsewhere.
+
+TREE = "/api/models/%s/tree/%s?recursive=true" % (REPO, SHA)
+
+
+def test_a_next_page_on_another_port_gets_no_token(hub):
+    other = hub({TREE + "&cursor=2": (200, PAGE2)})
+    found = routes(tree_pages=False)
+    found[TREE] = (200, PAGE1, {"Link": '<%s%s&cursor=2>; rel="next"' % (other.endpoint, TREE)})
+    server = hub(found)
+    assert lookup(REPO, revision="main", endpoint=server.endpoint, token=TOKEN, token_over_http=True) == [
+        {"commit": SHA, "files": PAGE1 + PAGE2}]
+    assert [auth for dummy, auth in server.requests] == ["Bearer " + TOKEN] * 2
+    assert other.requests == [(TREE + "&cursor=2", None)]
+
+
+def test_a_next_page_on_another_host_name_of_the_same_port_gets_no_token(hub):
+    """localhost and 127.0.0.1 are one server here, two origins to a browser and to the lookup."""
+    found = routes()
+    found[TREE] = (200, PAGE1, {"Link": '<{endpoint}%s&cursor=2>; rel="next"' % TREE})
+    server = hub(found)
+    server.routes[TREE] = (200, PAGE1, {"Link": '<%s%s&cursor=2>; rel="next"'
+                                        % (server.endpoint.replace("127.0.0.1", "localhost"), TREE)})
+    lookup(REPO, revision="main", endpoint=server.endpoint, token=TOKEN, token_over_http=True)
+    assert server.requests[-1] == (TREE + "&cursor=2", None)
+    assert all(auth == "Bearer " + TOKEN for dummy, auth in server.requests[:-1])
+
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+def test_a_redirect_to_another_origin_gets_no_token(hub, code):
+    other = hub({"/api/models/%s/revision/main" % REPO: (200, {"sha": SHA})})
+    server = hub({"/api/models/%s/revision/main" % REPO: (
+        code, b"", {"Location": "%s/api/models/%s/revision/main" % (other.endpoint, REPO)})})
+    assert lookup(REPO, revision="main", endpoint=server.endpoint, token=TOKEN, token_over_http=True,
+                  files=False)[0]["commit"] == SHA
+    assert server.requests == [("/api/models/%s/revision/main" % REPO, "Bearer " + TOKEN)]
+    assert other.requests == [("/api/models/%s/revision/main" % REPO, None)]
+
+
+def test_a_redirect_within_the_origin_keeps_the_token(hub):
+    server = hub({"/api/models/%s/revision/main" % REPO: (302, b"", {"Location": "/api/models/%s/revision/v2" % REPO}),
+                  "/api/models/%s/revision/v2" % REPO: (200, {"sha": SHA})})
+    assert lookup(REPO, revision="main", endpoint=server.endpoint, token=TOKEN, token_over_http=True,
+                  files=False)[0]["commit"] == SHA
+    assert [auth for dummy, auth in server.requests] == ["Bearer " + TOKEN] * 2
+
+
+def test_a_redirect_out_of_http_is_refused(hub):
+    server = hub({"/api/models/%s/revision/main" % REPO: (302, b"", {"Location": "file:///etc/passwd"})})
+    with pytest.raises(AnsibleLookupError, match="redirected to file:///etc/passwd, which is not an http"):
+        lookup(REPO, revision="main", endpoint=server.endpoint, files=False)
+
+
+def test_a_token_over_plain_http_is_refused_naming_the_variable_and_nothing_is_sent(hub):
+    server = hub(routes())
+    with pytest.raises(AnsibleLookupError) as error:
+        lookup(REPO, revision="main", endpoint=server.endpoint, token=TOKEN, endpoint_variable="vllm_weights_controller_endpoint")
+    message = str(error.value)
+    assert message.startswith("hub_revision: a token is set and vllm_weights_controller_endpoint (%s) is plain http"
+                              % server.endpoint), message
+    assert "use an https endpoint" in message and "fleet_vllm_hf_token_over_http: true" in message
+    assert TOKEN not in message and server.requests == []
