@@ -11,10 +11,10 @@ module: haproxy_server
 short_description: Drain a server of an HAProxy backend and put it back, through HAProxy's runtime API
 version_added: "0.2.0"
 description:
-  - Talks to HAProxy's runtime API (the C(stats socket) with C(level admin): HAProxy refuses
-    C(set server) below it) on the host of the load balancer. Nothing is reloaded and the
+  - Talks to HAProxy's runtime API (the C(stats socket) with C(level admin), since HAProxy
+    refuses C(set server) below it) on the host of the load balancer. Nothing is reloaded and the
     configuration file is not touched. The role C(fleet.vllm.vllm_gateway) makes that socket
-    C(mode 600), root's: run the module as root (C(become)).
+    C(mode 600), root's only, so the module runs as root (C(become)).
   - O(state=drain) sends C(set server BACKEND/SERVER state drain) (no new requests, the ones in
     flight go on) and, with O(wait_timeout), waits until the server has no request in flight
     and none queued (C(scur) and C(qcur) of C(show stat)), or the timeout passes.
