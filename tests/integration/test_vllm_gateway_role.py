@@ -67,6 +67,16 @@ def test_a_value_that_would_break_a_line_of_haproxys_configuration_is_refused(va
     assert named in msg and "HAProxy's configuration" in msg, msg
 
 
+@pytest.mark.parametrize("variables", [
+    {"vllm_gateway_tarpit_after": -1},
+    {"vllm_gateway_tarpit_period": 0},
+    {"vllm_gateway_tarpit_timeout": 0},
+])
+def test_a_tarpit_out_of_range_is_refused(variables):
+    msg, dummy = refused(vllm_server_api_key="k1", **variables)
+    assert "vllm_gateway_tarpit_after must be 0 (no tarpit) or more" in msg, msg
+
+
 # ---- the gateways' completion check: the collection's one readiness probe --------------------
 
 RENDER = ROOT / "tests" / "integration" / "playbooks" / "vllm_gateway_render.yml"
