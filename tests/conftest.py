@@ -244,6 +244,15 @@ def run_module(tmp_path_factory, request):
 
 
 @pytest.fixture
+def fake(monkeypatch):
+    """Stand-in vLLM modules for one test (tests/helpers/fake_vllm.py), for the in-process tests
+    of the probe's payload."""
+    from tests.helpers.fake_vllm import modules  # pylint: disable=import-outside-toplevel
+
+    yield from modules(monkeypatch)
+
+
+@pytest.fixture
 def model_dir(tmp_path):
     """Copy a model fixture from tests/fixtures/models into tmp_path: ``model_dir(name)``."""
 

@@ -26,9 +26,9 @@ description:
     C(_) for C(-) (C(--api_key)), with C(=value) (C(--api-ke=...)), or with a dotted JSON key
     (C(--api-key.x)). Refusing every prefix is a superset of what one vLLM build accepts; the
     prefixes it does not take as the secret flag are ambiguous or unknown there, errors either way."
-  - A flag that O(_input) sets is refused in O(extra) the same way, however spelled (C(--hos 0.0.0.0) is
+  - "A flag that O(_input) sets is refused in O(extra) the same way, however spelled (C(--hos 0.0.0.0) is
     C(--host 0.0.0.0) to argparse): the role's own variable sets it, and its checks apply (C(--host) is
-    loopback unless C(vllm_server_allow_non_loopback_host)).
+    loopback unless C(vllm_server_allow_non_loopback_host))."
   - Companion filter P(fleet.vllm.systemd_exec_args#filter) quotes the list for a systemd
     C(ExecStart=) line.
 options:

@@ -20,16 +20,13 @@ import logging
 import sys
 import types
 
-import pytest
-
 MLA_ATTENTION = {"use_mla": True, "head_size": 576, "dtype": "bfloat16", "capability": [12, 0]}
 SELECTOR_FIELDS = ("head_size dtype kv_cache_dtype block_size use_mla has_sink use_sparse use_mm_prefix "
                    "use_per_head_quant_scales attn_type")
 
 
-@pytest.fixture
-def fake(monkeypatch):
-    """The stand-in vLLM modules of one test (a test module imports this fixture):
+def modules(monkeypatch):
+    """The body of the ``fake`` fixture (tests/unit/plugins/module_utils/conftest.py):
     fake("vllm.platforms", current_platform=...) puts a stand-in module (and its parents, as empty modules) in sys.modules
     for this test and returns it; later calls add attributes. Any vllm module imported before is
     hidden for the test, and vLLM's logging is enabled again after it."""

@@ -30,7 +30,6 @@ import re
 import shlex
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -73,7 +72,7 @@ def parse(text):
         if line.startswith("["):
             section = line.strip("[]")
             continue
-        key, _, value = line.partition("=")
+        key, dummy, value = line.partition("=")
         lines.append((section, key, value))
     return lines
 
@@ -113,7 +112,7 @@ def writable_by_service(unit):
     places = set(values(unit, "WorkingDirectory"))
     for assignment in values(unit, "Environment"):
         for word in shlex.split(assignment):
-            name, _, value = word.partition("=")
+            name, dummy, value = word.partition("=")
             if name == "HOME":
                 places.add(value)
     for line in values(unit, "ReadWritePaths"):
@@ -144,7 +143,7 @@ def unwrap_env(argv):
         cleared = cleared or rest[0] in ("-i", "--ignore-environment", "-")
         rest = rest[1:]
     while rest and "=" in rest[0] and not rest[0].startswith("/"):
-        name, _, value = rest.pop(0).partition("=")
+        name, dummy, value = rest.pop(0).partition("=")
         assignments[name] = value
     return assignments, cleared, rest
 
@@ -169,7 +168,7 @@ def unit_environment(unit):
     env = {}
     for assignment in values(unit, "Environment"):
         for word in shlex.split(assignment):
-            name, _, value = word.partition("=")
+            name, dummy, value = word.partition("=")
             env[name] = value
     return env
 
@@ -257,6 +256,7 @@ def test_the_cleanup_as_the_unit_runs_it_runs_nothing_from_the_service_home(unit
         markers.mkdir(mode=0o777)
         os.chmod(markers, 0o1777)
         shm.mkdir()
+
         def probe(kind):
             """One line that leaves markers/KIND-as-uid-EUID behind, as whoever runs it."""
             return "import os; open(os.path.join(%r, %r %% os.geteuid()), 'a').close()\n" % (str(markers), kind + "-as-uid-%d")

@@ -28,7 +28,6 @@ from tests.helpers.fake_vllm import (
     backends_host,
     cpu_platform,
     cuda_host,
-    fake,
     kv_functions,
     torch_module,
 )

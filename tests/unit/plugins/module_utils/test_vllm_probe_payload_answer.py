@@ -27,7 +27,6 @@ from tests.helpers.fake_vllm import (
     MLA_ATTENTION,
     Backend,
     a_build,
-    fake,
     registry,
     serve_parser_modules,
 )
