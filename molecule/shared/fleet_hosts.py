@@ -29,6 +29,7 @@ import functools
 import json
 import os
 import subprocess
+import time
 import urllib.error
 import urllib.request
 
@@ -380,6 +381,15 @@ def diff(before, after):
         if before["files"].get(path) != after["files"].get(path):
             lines.append(f"{path}: {before['files'].get(path)} -> {after['files'].get(path)}")
     return lines
+
+
+def wait_healthy(host):
+    """Until the host's vLLM answers /health on loopback (at most 2 minutes), after a restart."""
+    for _attempt in range(120):
+        if host.run("python3 -c \"import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=2)\"").rc == 0:
+            return
+        time.sleep(1)
+    raise AssertionError("vllm.service did not answer /health after the restart")
 
 
 def restarted_since_record(host, data):

@@ -33,3 +33,17 @@ def running(config, port, timeout=30):
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def ask(sock, command):
+    """One command on HAProxy's runtime API, its whole answer."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(10)
+        conn.connect(str(sock))
+        conn.sendall(command.encode() + b"\n")
+        chunks = []
+        while True:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return b"".join(chunks).decode()
+            chunks.append(chunk)

@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, free_port, prerequisite, run_playbook
-from tests.helpers.haproxy import HAPROXY
+from tests.helpers.haproxy import HAPROXY, ask
 from tests.helpers.haproxy import running as haproxy_running
 from tests.helpers.standin_engine import StandInEngine
 
@@ -130,20 +130,6 @@ class Impostor(object):
     def close(self):
         self.server.shutdown()
         self.server.server_close()
-
-
-def ask(sock, command):
-    """One command on HAProxy's runtime API, its whole answer."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-        conn.settimeout(10)
-        conn.connect(str(sock))
-        conn.sendall(command.encode() + b"\n")
-        chunks = []
-        while True:
-            chunk = conn.recv(65536)
-            if not chunk:
-                return b"".join(chunks).decode()
-            chunks.append(chunk)
 
 
 def servers(sock):

@@ -16,7 +16,6 @@ import hashlib
 import http.client
 import json
 import os
-import socket
 import stat
 import subprocess
 import time
@@ -24,7 +23,7 @@ import time
 import pytest
 
 from conftest import ROOT, free_port, prerequisite, run_playbook
-from tests.helpers.haproxy import HAPROXY
+from tests.helpers.haproxy import HAPROXY, ask
 from tests.helpers.haproxy import running as haproxy_running
 from tests.helpers.standin_engine import StandInEngine
 
@@ -36,20 +35,6 @@ pytestmark = [
 PLAYBOOK = ROOT / "tests" / "integration" / "playbooks" / "vllm_gateway_render.yml"
 KEY = "k24-fleet.vllm-key-guard~0123456789abcdef"
 TARPIT_AFTER, TARPIT_TIMEOUT = 3, 2
-
-
-def ask(sock, command):
-    """One command on HAProxy's runtime API, its whole answer."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-        conn.settimeout(10)
-        conn.connect(str(sock))
-        conn.sendall(command.encode() + b"\n")
-        chunks = []
-        while True:
-            chunk = conn.recv(65536)
-            if not chunk:
-                return b"".join(chunks).decode()
-            chunks.append(chunk)
 
 
 def request(port, key=None):

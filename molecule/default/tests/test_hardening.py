@@ -70,7 +70,7 @@ def test_engine_runs_sandboxed_and_uses_dev_shm(host):
     assert segments, maps
     assert host.file(segments[0]).user == "vllm" and host.file(segments[0]).mode == 0o600
     # It read the model (under ProtectSystem=strict) and serves (test_default.py asks it a real completion).
-    wait_healthy(host)
+    fleet.wait_healthy(host)
     show = host.check_output("systemctl show -p DevicePolicy -p DeviceAllow -p ProtectSystem -p ReadWritePaths vllm.service")
     assert "DevicePolicy=closed" in show.splitlines()
     assert "DeviceAllow=char-nvidia* rw" in show.splitlines(), show
@@ -117,7 +117,7 @@ def test_restart_ends_only_what_the_unit_left_behind(host):
         assert "ending leftover processes of the unit's control group" in journal and str(leftover) in journal
         assert "kept /dev/shm/psm_fleetbys: a process holds it" in journal
         assert "removed /dev/shm/psm_fleetleft" in journal
-        wait_healthy(host)
+        fleet.wait_healthy(host)
     finally:
         host.run("kill %d %d" % (bystander, leftover))
         host.run("rm -f /dev/shm/psm_fleetbys /dev/shm/psm_fleetleft")
@@ -131,10 +131,3 @@ def wait_for_pid(host, command):
         time.sleep(0.2)
     raise AssertionError("no process '%s' of vllm" % command)
 
-
-def wait_healthy(host):
-    for _attempt in range(120):
-        if host.run("python3 -c \"import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=2)\"").rc == 0:
-            return
-        time.sleep(1)
-    raise AssertionError("vllm.service did not answer /health after the restart")

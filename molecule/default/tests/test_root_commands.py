@@ -54,7 +54,7 @@ def test_a_pth_of_the_service_user_does_not_run_as_root_at_a_restart(host):
         assert "pth-as-uid-0" not in markers, "the service user's .pth ran as root"
         for name in markers:
             assert host.file("%s/%s" % (MARKERS, name)).user != "root", (name, markers)
-        wait_healthy(host)
+        fleet.wait_healthy(host)
     finally:
         host.run("rm -f %s/%s %s" % (site, PTH, SEGMENT))
         host.run("rm -rf %s" % MARKERS)
@@ -70,10 +70,3 @@ def wait_active(host):
         time.sleep(1)
     raise AssertionError("vllm.service is %s, not active, after the restart" % state)
 
-
-def wait_healthy(host):
-    for _attempt in range(120):
-        if host.run("python3 -c \"import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=2)\"").rc == 0:
-            return
-        time.sleep(1)
-    raise AssertionError("vllm.service did not answer /health after the restart")
