@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 ---
 name: unsafe_inputs
 short_description: Name the inputs, and the elements of them, that would end a line or a word of a configuration file
-version_added: "0.4.0"
+version_added: "0.3.0"
 author: fleet.vllm developers (@fleet-vllm)
 description:
   - Takes a dict of inputs (variable name - value, as the roles' checks build it) and returns, for each string
