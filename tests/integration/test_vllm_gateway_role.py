@@ -77,6 +77,42 @@ def test_a_tarpit_out_of_range_is_refused(variables):
     assert "vllm_gateway_tarpit_after must be 0 (no tarpit) or more" in msg, msg
 
 
+GATEWAY = ROOT / "tests" / "integration" / "playbooks" / "vllm_gateway_gateway.yml"
+HOST_CHECK = "Check the fleet hosts' addresses and TLS names that the gateway's server lines write"
+
+
+def gateway_checks(fleet_hosts):
+    """A gateway's run in check mode, up to its checks of the fleet hosts' variables: that task's
+    result per fleet host (the tasks after it may fail on this controller; they are not asked)."""
+    run = run_playbook(GATEWAY, "--check", extra_vars={
+        "vllm_server_served_model_name": "kimi-k2.5", "vllm_server_api_key": "k1", "fleet_hosts": fleet_hosts},
+        timeout=300)
+    tasks = [task for play in run.out["plays"] for task in play["tasks"]]
+    checks = [task for task in tasks if task["task"]["name"].endswith(HOST_CHECK)]
+    assert len(checks) == 1, [task["task"]["name"] for task in tasks]
+    return {item["item"]: item for item in checks[0]["hosts"]["localhost"]["results"]}, run
+
+
+def test_fleet_hosts_that_set_no_address_or_name_pass_the_gateways_check():
+    """The regression the rehearsal of this check met: a map(attribute=..., default=...) over
+    hostvars failed on a fleet host that sets neither vllm_gateway_address nor a TLS name."""
+    results, dummy = gateway_checks([{"name": "fleet-a", "vars": {}}, {"name": "fleet-b", "vars": {}}])
+    assert sorted(results) == ["fleet-a", "fleet-b"]
+    assert not any(result.get("failed") for result in results.values()), results
+
+
+@pytest.mark.parametrize("variables, named", [
+    ({"vllm_gateway_address": "10.0.0.1:8080\n    http-request allow"}, "vllm_gateway_address (a newline)"),
+    ({"vllm_gateway_backend_tls_name": "fleet-a.example verify none"}, "vllm_gateway_backend_tls_name (a blank)"),
+])
+def test_a_fleet_hosts_value_that_would_break_a_server_line_is_refused(variables, named):
+    results, run = gateway_checks([{"name": "fleet-a", "vars": variables}, {"name": "fleet-b", "vars": {}}])
+    assert results["fleet-a"].get("failed"), results
+    assert named in results["fleet-a"]["msg"] and "host variables of fleet-a" in results["fleet-a"]["msg"]
+    assert not results["fleet-b"].get("failed"), results
+    assert run.rc != 0
+
+
 # ---- the gateways' completion check: the collection's one readiness probe --------------------
 
 RENDER = ROOT / "tests" / "integration" / "playbooks" / "vllm_gateway_render.yml"
