@@ -130,4 +130,3 @@ def wait_for_pid(host, command):
             return int(out[0])
         time.sleep(0.2)
     raise AssertionError("no process '%s' of vllm" % command)
-

@@ -69,4 +69,3 @@ def wait_active(host):
             return
         time.sleep(1)
     raise AssertionError("vllm.service is %s, not active, after the restart" % state)
-
