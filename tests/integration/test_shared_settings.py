@@ -59,8 +59,12 @@ def test_nccl_defaults_reach_preflight(tmp_path):
     assert run.rc == 0, run.stdout[-3000:]
     measured = task(run, "Check the host against what vLLM and the model need")["measured"]["nccl"]
     written = nccl_file(tmp_path)
-    assert written == {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS"}
-    assert measured["env"] == written and measured["p2p_level"] == "SYS"
+    # with the engine's own sockets on loopback (issue 24, point 5)
+    assert written == {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS", "NCCL_SOCKET_IFNAME": "lo",
+                       "VLLM_HOST_IP": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo"}
+    # preflight checks the NCCL_* part of the very same environment
+    assert measured["env"] == {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS", "NCCL_SOCKET_IFNAME": "lo"}
+    assert measured["p2p_level"] == "SYS"
 
 
 def test_nccl_settings_reach_both_and_null_removes_a_default_in_both(tmp_path):
@@ -69,9 +73,10 @@ def test_nccl_settings_reach_both_and_null_removes_a_default_in_both(tmp_path):
     assert run.rc == 0, run.stdout[-3000:]
     measured = task(run, "Check the host against what vLLM and the model need")["measured"]["nccl"]
     written = nccl_file(tmp_path)
-    assert written == {"NCCL_PROTO": "LL", "NCCL_P2P_DISABLE": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    assert written == {"NCCL_PROTO": "LL", "NCCL_P2P_DISABLE": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                       "NCCL_SOCKET_IFNAME": "lo", "VLLM_HOST_IP": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo"}
     # preflight checks the NCCL_* part of the very same environment
-    assert measured["env"] == {"NCCL_PROTO": "LL", "NCCL_P2P_DISABLE": "1"}
+    assert measured["env"] == {"NCCL_PROTO": "LL", "NCCL_P2P_DISABLE": "1", "NCCL_SOCKET_IFNAME": "lo"}
     assert measured["p2p_disabled"] is True
 
 

