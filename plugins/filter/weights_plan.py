@@ -59,6 +59,7 @@ _value:
 # files next to this one.
 
 import ipaddress
+import re
 
 from ansible.errors import AnsibleFilterError
 
@@ -184,11 +185,32 @@ def _network(text, what):
                                  "such as 10.20.0.0/16 or fd00:20::/64" % (what, text))
 
 
+# The interfaces of container and VM plumbing on this host (their networks hold its containers, guests or overlay
+# endpoints, not its peers), by the names their software gives them (docs/peer-copy.md, "Who may copy"):
+# Docker's default bridge, its user networks' bridges (br- and the network id's first 12 hex digits) and swarm's
+# gateway bridge; veth pairs; libvirt's bridges and guests' taps; Podman's (netavark) and CNI bridges; LXC/LXD;
+# Kubernetes overlays (flannel, Calico, Cilium, Weave, kube-proxy's IPVS, kube-router); nerdctl.
+VIRTUAL_INTERFACES = re.compile(
+    r"(docker\d+|docker_gwbridge|br-[0-9a-f]{12}|veth.*|virbr.*|vnet\d+|podman\d+|cni.*|lxcbr\d+|lxdbr\d+|lxc.*"
+    r"|flannel.*|cali.*|tunl\d+|vxlan\.calico|cilium_.*|weave|kube-ipvs\d+|kube-bridge|nerdctl\d+)\Z")
+# The prefixes a peer may be on by default: private IPv4 (RFC 1918), shared address space (RFC 6598, which clouds use
+# for VPCs too) and IPv6 unique local addresses (RFC 4193). Anything else (public, documentation, multicast) needs
+# vllm_weights_peer_networks.
+PRIVATE_NETWORKS = tuple(ipaddress.ip_network(text) for text in (
+    "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7"))
+LOOPBACK_NETWORKS = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
+
+
+def _private(network):
+    return any(network.version == block.version and network.subnet_of(block) for block in PRIVATE_NETWORKS)
+
+
 def weights_networks(facts, networks=None, loopback=False):
     """The networks whose hosts may copy from this one: ``networks`` (vllm_weights_peer_networks) when given,
     else the networks this host is directly attached to, from its network facts (ansible.builtin.setup,
-    gather_subset network): every IPv4 and global IPv6 prefix of every interface, loopback only when ``loopback``
-    (the peers reach each other over loopback, as in tests). Normalised CIDRs, IPv4 first, no duplicates."""
+    gather_subset network): the private prefixes (PRIVATE_NETWORKS) of its interfaces but those of containers, VMs
+    and overlays (VIRTUAL_INTERFACES), loopback only when ``loopback`` (the peers reach each other over loopback, as
+    in tests). Fails naming what it left out when nothing is left. Normalised CIDRs, IPv4 first, no duplicates."""
     found = []
     if networks:
         if isinstance(networks, (str, bytes)) or not isinstance(networks, (list, tuple)):
@@ -197,9 +219,11 @@ def weights_networks(facts, networks=None, loopback=False):
     else:
         if not isinstance(facts, dict):
             raise AnsibleFilterError("weights_networks: expects a host's facts (ansible_facts), got %r" % (type(facts),))
+        skipped = []
         for value in facts.values():
             if not isinstance(value, dict) or "device" not in value:
                 continue
+            device = str(value["device"])
             addresses = []
             for entry in [value.get("ipv4")] + list(value.get("ipv4_secondaries") or []):
                 if isinstance(entry, dict) and entry.get("address") and (entry.get("prefix") or entry.get("netmask")):
@@ -212,14 +236,23 @@ def weights_networks(facts, networks=None, loopback=False):
                     interface = ipaddress.ip_interface(text)
                 except ValueError:
                     continue
-                if interface.is_link_local or (interface.is_loopback and not loopback):
+                if interface.is_link_local or interface.is_loopback:
                     continue
-                found.append(interface.network)
+                if VIRTUAL_INTERFACES.match(device):
+                    skipped.append("%s on %s (containers, VMs or an overlay)" % (interface.network, device))
+                elif not _private(interface.network):
+                    skipped.append("%s on %s (not a private network)" % (interface.network, device))
+                else:
+                    found.append(interface.network)
+        if not found and not loopback:
+            raise AnsibleFilterError(
+                "no private network of this host to admit peers from%s%s: set vllm_weights_peer_networks to the networks "
+                "(CIDRs) its peers copy from (public ones included, if they really copy over those), or turn the peer "
+                "daemon off (vllm_weights_peer_daemon: false; its peers then copy from others or download)" % (
+                    " (left out: %s)" % ", ".join(skipped) if skipped else "",
+                    "" if skipped else " (it has no address outside loopback and link-local)"))
         if loopback:
-            found += [ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128")]
-        if not found:
-            raise AnsibleFilterError("no network address found on this host (its network facts list none outside loopback and "
-                                     "link-local): set vllm_weights_peer_networks to the networks its peers copy from")
+            found += list(LOOPBACK_NETWORKS)
     unique = []
     for network in sorted(found, key=lambda n: (n.version, n)):
         if network not in unique:

@@ -118,6 +118,77 @@ def test_no_address_outside_loopback_says_what_to_set():
         weights_networks(facts(lo=NET_FACTS["lo"]))
 
 
+def ipv4(address, prefix):
+    return {"ipv4": {"address": address, "prefix": str(prefix)}}
+
+
+# Issue 24 point 14: one interface next to a private eth0 - is its network admitted by default?
+INTERFACE_TABLE = [
+    # container and VM plumbing, by the names Docker, libvirt, Podman, CNI, LXC/LXD and Kubernetes overlays give it
+    ("docker0", ipv4("172.17.0.1", 16), False),
+    ("br-3f2a9c1b7d4e", ipv4("172.18.0.1", 16), False),
+    ("docker_gwbridge", ipv4("172.19.0.1", 16), False),
+    ("veth1a2b3c4", ipv4("172.17.0.9", 32), False),
+    ("virbr0", ipv4("192.168.122.1", 24), False),
+    ("virbr0-nic", ipv4("192.168.123.1", 24), False),
+    ("vnet3", ipv4("192.168.124.1", 24), False),
+    ("podman0", ipv4("10.88.0.1", 16), False),
+    ("cni-podman0", ipv4("10.88.1.1", 24), False),
+    ("cni0", ipv4("10.244.0.1", 24), False),
+    ("lxcbr0", ipv4("10.0.3.1", 24), False),
+    ("lxdbr0", ipv4("10.0.4.1", 24), False),
+    ("flannel.1", ipv4("10.244.0.0", 32), False),
+    ("cali12ab34cd56e", ipv4("10.245.0.1", 32), False),
+    ("tunl0", ipv4("10.246.0.1", 32), False),
+    ("vxlan.calico", ipv4("10.247.0.1", 32), False),
+    ("cilium_host", ipv4("10.248.0.1", 32), False),
+    ("weave", ipv4("10.32.0.1", 12), False),
+    ("kube-ipvs0", ipv4("10.96.0.1", 32), False),
+    # public, documentation and other non-private prefixes, on a real NIC
+    ("eno1", ipv4("203.0.113.7", 24), False),
+    ("eno1", ipv4("8.8.4.4", 24), False),
+    ("eno1", {"ipv6": [{"address": "2001:db8:5::7", "prefix": "64", "scope": "global"}]}, False),
+    ("eno1", {"ipv6": [{"address": "2a01:4f8::7", "prefix": "64", "scope": "global"}]}, False),
+    ("eno1", ipv4("10.9.8.7", 7), False),  # a prefix wider than 10/8 reaches public addresses
+    ("eno1", ipv4("169.254.3.4", 16), False),  # link-local
+    ("eno1", {"ipv6": [{"address": "fe80::7", "prefix": "64", "scope": "link"}]}, False),
+    ("lo", ipv4("127.0.0.1", 8), False),
+    # what a peer can be on: private, shared address space, unique local; a bridge the operator named, a bond, a VLAN
+    ("eno1", ipv4("192.168.50.7", 24), True),
+    ("eno1", ipv4("172.20.1.7", 24), True),
+    ("eno1", ipv4("100.70.1.7", 16), True),
+    ("eno1", {"ipv6": [{"address": "fd12:3456::7", "prefix": "64", "scope": "global"}]}, True),
+    ("br0", ipv4("10.20.0.7", 16), True),
+    ("br-lan", ipv4("10.21.0.7", 16), True),
+    ("bond0.100", ipv4("10.22.0.7", 16), True),
+]
+
+
+@pytest.mark.parametrize("device, addresses, admitted", INTERFACE_TABLE)
+def test_default_networks_are_the_private_ones_of_real_interfaces(device, addresses, admitted):
+    base = {"ipv4": {"address": "10.1.2.3", "prefix": "24"}}
+    found = weights_networks(facts(**{"eth0": base, device: addresses}))
+    extra = [n for n in found if n != "10.1.2.0/24"]
+    assert "10.1.2.0/24" in found
+    assert bool(extra) == admitted, (device, addresses, found)
+
+
+def test_only_plumbing_and_public_networks_fail_naming_what_was_left_out():
+    with pytest.raises(AnsibleFilterError) as err:
+        weights_networks(facts(lo=NET_FACTS["lo"], docker0=ipv4("172.17.0.1", 16), eno1=ipv4("203.0.113.7", 24)))
+    message = str(err.value)
+    for words in ("172.17.0.0/16 on docker0 (containers", "203.0.113.0/24 on eno1 (not a private network)",
+                  "set vllm_weights_peer_networks", "vllm_weights_peer_daemon: false"):
+        assert words in message, message
+    # Peers on loopback (tests): loopback alone is enough, and the rest still left out.
+    assert weights_networks(facts(lo=NET_FACTS["lo"], docker0=ipv4("172.17.0.1", 16)), loopback=True) == ["127.0.0.0/8", "::1/128"]
+
+
+def test_public_networks_given_explicitly_are_kept():
+    assert weights_networks(facts(eno1=ipv4("203.0.113.7", 24)), ["203.0.113.0/24", "2001:db8::/32"]) == [
+        "203.0.113.0/24", "2001:db8::/32"]
+
+
 def test_weights_listing_takes_the_digests_from_the_hub_tree():
     from ansible_collections.fleet.vllm.plugins.filter.weights_plan import weights_listing
     tree = [
