@@ -9,13 +9,16 @@ fleet.vllm.hf_snapshot.
 - 24 copiers at once against one seed whose daemon takes 4 copies at a time: the others are told
   "max connections (4) reached", wait and try again, and all 24 end with the complete snapshot;
 - a connection that sends no rsync greeting (or half of one) is dropped after the handshake timeout;
-- an address outside the allowed networks is refused with rsync's own answer.
+- an address outside the allowed networks is refused with rsync's own answer;
+- only the exported snapshots (this run's repository and commit, and the one served) are there for a peer: another
+  commit or repository is absent, through a path, a listing, "..", or a wildcard.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -40,6 +43,11 @@ GATE = ROLE / "files" / "rsync-handshake-gate"
 REPO = "nvidia/Kimi-K2.5-NVFP4"
 REPO_DIR = "nvidia--Kimi-K2.5-NVFP4"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
+# The commit the host serves while it stages COMMIT, one it neither stages nor serves, another repository's.
+SERVED = "89abcdef0123456789abcdef0123456789abcdef"
+OTHER = "fedcba9876543210fedcba9876543210fedcba98"
+OTHER_REPO_DIR = "meta-llama--Llama-3.1-8B"
+EXPORT_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._-]*/[0-9a-f]{40}\Z"
 MODULE = "fleet-vllm-models"
 COPIERS = 24
 SLOTS = 4
@@ -50,15 +58,18 @@ if os.geteuid() != 0 or not shutil.which("systemd-socket-activate") or not shuti
                 "systemd-socket-activate", allow_module_level=True)
 
 
-def render_rsyncd_conf(base, networks, pristine=None):
+def render_rsyncd_conf(base, networks, pristine=None, exports=None):
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROLE / "templates")), undefined=jinja2.StrictUndefined,
                              trim_blocks=True)
     env.filters["dirname"] = os.path.dirname
     env.filters["fleet.vllm.config_value"] = config_value
+    env.tests["match"] = lambda value, pattern: re.match(pattern, value) is not None  # Ansible's match test
     return env.get_template("rsyncd.conf.j2").render(
         ansible_managed="rendered by " + __name__, vllm_weights_peer_max_connections=SLOTS,
         __vllm_weights_rsyncd_lock=str(base / "run" / "rsyncd.lock"), __vllm_weights_rsync_module=MODULE,
-        fleet_vllm_pristine_dir=str(pristine or base / "seed" / "pristine" / REPO_DIR), __vllm_weights_peer_networks=networks)
+        fleet_vllm_pristine_dir=str(pristine or base / "seed" / "pristine" / REPO_DIR), __vllm_weights_peer_networks=networks,
+        __vllm_weights_peer_exports=["%s/%s" % (REPO_DIR, COMMIT)] if exports is None else exports,
+        __vllm_weights_export_pattern=EXPORT_PATTERN)
 
 
 @pytest.fixture(scope="module")
@@ -104,9 +115,9 @@ def daemon(base, seed):
     checkout may sit under a directory only root can enter (`mktemp -d`, /root)."""
     started = []
 
-    def start(networks, slow=False, pristine=None, gate=GATE):
+    def start(networks, slow=False, pristine=None, gate=GATE, exports=None):
         conf = base / ("rsyncd-%d.conf" % len(started))
-        conf.write_text(render_rsyncd_conf(base, networks, pristine))
+        conf.write_text(render_rsyncd_conf(base, networks, pristine, exports))
         os.chmod(conf, 0o644)
         require_readable(conf)  # rsync reads it as nobody
         staged = stage_for_account(gate, base / ("bin-%d" % len(started)))
@@ -274,3 +285,90 @@ def test_a_temporary_directory_nobody_can_reach_stops_the_test_naming_the_path(m
         assert "TMPDIR" in message, message
     finally:
         shutil.rmtree(private, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def others(base, seed):
+    """Beside the snapshot the run stages: the one the host serves, another commit, another repository's."""
+    copies = {}
+    for repo_dir, commit in ((REPO_DIR, SERVED), (REPO_DIR, OTHER), (OTHER_REPO_DIR, COMMIT)):
+        target = base / "seed" / "pristine" / repo_dir / commit
+        if not target.exists():
+            shutil.copytree(seed, target)
+            (target / "config.json").write_text('{"copy": "%s/%s"}\n' % (repo_dir, commit))
+        copies[(repo_dir, commit)] = target
+    for path in [base / "seed", *(base / "seed").rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    return copies
+
+
+def _pull(url, target):
+    target.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(["rsync", "--contimeout=10", "--recursive", url, str(target) + "/"], capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def test_only_the_staged_and_the_served_snapshot_are_exported(base, seed, others, daemon):
+    """Issue 24 point 14: the daemon exported every repository and commit under the models root. Now a peer gets the
+    staged and the served snapshot, and nothing else, however it asks."""
+    url = daemon(["127.0.0.0/8"], exports=["%s/%s" % (REPO_DIR, COMMIT), "%s/%s" % (REPO_DIR, SERVED)])
+    module_url = url.rsplit("/", 1)[0]
+    for commit, expected in ((COMMIT, seed / "config.json"), (SERVED, others[(REPO_DIR, SERVED)] / "config.json")):
+        pulled = _pull("%s/%s/" % (url, commit), base / "pulled" / commit)
+        assert pulled.returncode == 0, pulled.stderr
+        assert (base / "pulled" / commit / "config.json").read_bytes() == expected.read_bytes()
+        assert (base / "pulled" / commit / snap.MANIFEST_NAME).is_file()
+    asked = {
+        "another commit": "%s/%s/" % (url, OTHER),
+        "a file of another commit": "%s/%s/config.json" % (url, OTHER),
+        "another repository": "%s/%s/%s/" % (module_url, OTHER_REPO_DIR, COMMIT),
+        "another commit through ..": "%s/%s/../%s/" % (url, COMMIT, OTHER),
+        "another repository through ..": "%s/../%s/%s/config.json" % (url, OTHER_REPO_DIR, COMMIT),
+        "another commit by a wildcard": "%s/f*/config.json" % url,
+    }
+    for what, ask in asked.items():
+        target = base / ("pulled-%s" % what.replace(" ", "-"))
+        got = _pull(ask, target)
+        assert got.returncode == 23 and "No such file or directory" in got.stderr, (what, got.returncode, got.stderr)
+        assert snap.rsync_kind(got.returncode, got.stderr) == "absent", what
+        assert list(target.iterdir()) == [], what
+    # Listings and wildcards over the whole module show the exported snapshots alone.
+    listing = subprocess.run(["rsync", "--contimeout=10", "--recursive", module_url + "/"], capture_output=True, text=True,
+                             timeout=60, check=False)
+    assert listing.returncode == 0, listing.stderr
+    names = {line.split()[-1] for line in listing.stdout.splitlines()}
+    assert OTHER_REPO_DIR not in " ".join(names) and OTHER not in " ".join(names), names
+    assert {"%s/%s/config.json" % (REPO_DIR, COMMIT), "%s/%s/config.json" % (REPO_DIR, SERVED)} <= names, names
+    star = _pull("%s/*/*/config.json" % module_url, base / "pulled-star")
+    assert star.returncode == 0, star.stderr
+    assert (base / "pulled-star" / "config.json").read_bytes() in (
+        seed.joinpath("config.json").read_bytes(), others[(REPO_DIR, SERVED)].joinpath("config.json").read_bytes())
+
+
+def test_a_copier_of_an_unexported_commit_is_told_the_peer_has_none(base, others, daemon):
+    """fleet.vllm.hf_snapshot asking for a commit the peer does not export: "no complete snapshot there", as for a
+    peer that lacks it, so that it copies from another peer or downloads (here: fails, the hub not allowed)."""
+    url = daemon(["127.0.0.0/8"])
+    proc = start_copier(base, 90, url, revision=OTHER, peer_fallback=False, peer_wait=5)
+    out, err = proc.communicate(timeout=120)
+    result = json.loads(out) if out.strip() else dict(failed=True, msg=err[-2000:])
+    assert result.get("failed") and "no peer will serve" in result["msg"], result
+    assert "no complete snapshot of %s at %s there" % (REPO, OTHER) in result["msg"], result["msg"]
+
+
+@pytest.mark.parametrize("exports, rules", [
+    ([], "filter = - .cache/ - .hf-home/ - .*.lock - *"),
+    (["%s/%s" % (REPO_DIR, COMMIT)], "filter = - .cache/ - .hf-home/ - .*.lock + /%s/ + /%s/%s/*** - *" % (
+        REPO_DIR, REPO_DIR, COMMIT)),
+    # the same twice, then the served one of another repository (a change of model): each once
+    (["%s/%s" % (REPO_DIR, COMMIT)] * 2 + ["%s/%s" % (OTHER_REPO_DIR, SERVED)],
+     "filter = - .cache/ - .hf-home/ - .*.lock + /%s/ + /%s/ + /%s/%s/*** + /%s/%s/*** - *" % (
+         REPO_DIR, OTHER_REPO_DIR, REPO_DIR, COMMIT, OTHER_REPO_DIR, SERVED)),
+    # what could widen a rule or add a line is not exported: a wildcard, a space, a newline, "..", a short commit,
+    # an absolute path (a served record outside the module)
+    (["*/%s" % COMMIT, "a b/%s" % COMMIT, "%s/%s\npath = /" % (REPO_DIR, COMMIT), "../%s" % COMMIT, "%s/0123" % REPO_DIR,
+      "/srv/elsewhere/%s" % COMMIT, "%s/%s/" % (REPO_DIR, COMMIT)], "filter = - .cache/ - .hf-home/ - .*.lock - *"),
+])
+def test_the_export_rules_name_each_snapshot_and_nothing_else(base, exports, rules):
+    conf = render_rsyncd_conf(base, ["10.0.0.0/8"], exports=exports)
+    assert [line for line in conf.splitlines() if line.startswith(("filter", "exclude", "include"))] == [rules]
