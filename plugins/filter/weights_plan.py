@@ -30,7 +30,8 @@ options:
   _input:
     description:
       - One entry per host - C(host) (its name), C(site), C(complete) (bool, or null when unknown),
-        C(in_play) (bool), C(seed) (the seed host its variables name, or empty).
+        C(in_play) (bool), C(seed) (the seed host its variables name, or empty), C(serves) (bool, default true - false
+        when its peer daemon is off, C(vllm_weights_peer_daemon=false): it is then never a source nor the seed).
     type: list
     elements: dict
     required: true
@@ -70,7 +71,7 @@ def _entry(raw):
     if not isinstance(raw, dict) or not raw.get("host"):
         raise AnsibleFilterError("weights_plan: each entry needs a host name, got %r" % (raw,))
     return dict(host=str(raw["host"]), site=str(raw.get("site") or "default"), complete=raw.get("complete"),
-                in_play=bool(raw.get("in_play")), seed=str(raw.get("seed") or ""))
+                in_play=bool(raw.get("in_play")), seed=str(raw.get("seed") or ""), serves=raw.get("serves", True) is not False)
 
 
 def weights_plan(hosts, source):
@@ -97,13 +98,15 @@ def weights_plan(hosts, source):
         players = [e for e in members if e["in_play"]]
         if not players:
             continue
-        sources = [e["host"] for e in members if e["complete"]]
+        # Hosts whose peer daemon is off (vllm_weights_peer_daemon: false) serve nobody: never a source nor the seed.
+        sources = [e["host"] for e in members if e["complete"] and e["serves"]]
         seed = None
         if not sources:
             named = [e["seed"] for e in players if e["seed"]]
-            by_name = dict((e["host"], e) for e in players)
-            seed = next((name for name in named if name in by_name), None) or players[0]["host"]
-        copiers = [e["host"] for e in players if not e["complete"] and e["host"] != seed]
+            by_name = dict((e["host"], e) for e in players if e["serves"])
+            seed = next((name for name in named if name in by_name), None) or next(iter(
+                e["host"] for e in players if e["serves"] and not e["complete"]), None)
+        copiers = [e["host"] for e in players if not e["complete"] and e["host"] != seed and e["serves"]]
         lacking = 0
         for e in players:
             if e["complete"]:
@@ -111,6 +114,10 @@ def weights_plan(hosts, source):
             elif e["host"] == seed:
                 plan[e["host"]] = dict(action="download", peer=None, peers=[],
                                        reason="no host of site %s has the snapshot: this one fetches it for the site" % site)
+            elif not sources and seed is None:
+                plan[e["host"]] = dict(action="download", peer=None, peers=[],
+                                       reason="no host of site %s that serves its peers has the snapshot or fetches it "
+                                              "(their peer daemon is off): this one downloads it" % site)
             else:
                 others = _rotated([name for name in copiers if name != e["host"]], lacking)
                 if sources:
@@ -166,7 +173,7 @@ def weights_status(data, in_play, all_hostvars=None):
         local = _get(data, "__vllm_weights_local")
         return dict(host=_get(data, "inventory_hostname"), site=_get(data, "vllm_weights_site", "default"),
                     complete=bool(_get(local, "complete")), in_play=True,
-                    seed=_get(data, "vllm_weights_seed_host", ""))
+                    seed=_get(data, "vllm_weights_seed_host", ""), serves=_serves(data))
     host = _get(data, "item")
     if not host:
         raise AnsibleFilterError("weights_status: expects a loop result with an item (the host asked), got %r" % (data,))
@@ -174,7 +181,13 @@ def weights_status(data, in_play, all_hostvars=None):
     usable = not (_get(data, "unreachable") or _get(data, "failed") or _get(data, "skipped"))
     return dict(host=host, site=_get(host_vars, "vllm_weights_site", "default"),
                 complete=bool(usable and _get(data, "complete")), in_play=False,
-                seed=_get(host_vars, "vllm_weights_seed_host", ""))
+                seed=_get(host_vars, "vllm_weights_seed_host", ""), serves=_serves(host_vars))
+
+
+def _serves(host_vars):
+    """Whether the host's peer daemon serves its peers (vllm_weights_peer_daemon, true unless set false)."""
+    value = _get(host_vars, "vllm_weights_peer_daemon", True)
+    return not (value is False or str(value).strip().lower() in ("false", "no", "off", "0", "n"))
 
 
 def _network(text, what):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
 import fleet_hosts as fleet
+import testinfra
 
 testinfra_hosts = fleet.testinfra_hosts("fleet_vllm_newcomers")
 
@@ -78,3 +80,26 @@ def test_pristine_untouched_and_served_stripped(host):
 
 def test_serving(host):
     fleet.assert_serving(host, fleet.facts(host), fleet.OLD_VERSION)
+
+
+def test_its_peer_daemon_turned_off_is_gone(host):
+    """Issue 24 point 14 (onboard.yml, daemon_off.yml): vllm_weights_peer_daemon false stops, disables and removes the
+    daemon the node ran since it joined; check mode left it listening; a second run changes nothing."""
+    name = fleet.name_of(host)
+    with open(os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "daemon-after-check.json"), encoding="utf-8") as handle:
+        after_check = json.load(handle)[name]
+    assert "ActiveState=active" in after_check and "UnitFileState=enabled" in after_check, after_check
+    check, first, again = (fleet.load_run(run) for run in ("daemon-off-check", "daemon-off", "daemon-off-again"))
+    for run in (check, first, again):
+        assert run["rc"] == 0, run["output_tail"][-3000:]
+    assert check["recap"][name]["changed"] > 0 and first["recap"][name]["changed"] > 0, (check["recap"], first["recap"])
+    assert again["recap"][name]["changed"] == 0, again["output_tail"][-3000:]
+    show = host.check_output("systemctl show fleet-vllm-rsyncd.socket -p LoadState -p ActiveState")
+    assert "LoadState=not-found" in show.splitlines() and "ActiveState=inactive" in show.splitlines(), show
+    for path in ("/etc/systemd/system/fleet-vllm-rsyncd.socket", "/etc/systemd/system/fleet-vllm-rsyncd@.service",
+                 "/etc/fleet-vllm/rsyncd.conf", "/usr/local/libexec/fleet-vllm/rsync-handshake-gate"):
+        assert not host.file(path).exists, path
+    # Nothing listens on the peer port any more: a peer's connection is refused.
+    peer = testinfra.get_host("podman://%s" % fleet.instances()[0])
+    probe = peer.run("python3 -c %s %s", "import socket, sys; socket.create_connection((sys.argv[1], 8873), timeout=5)", name)
+    assert probe.rc != 0 and "ConnectionRefusedError" in probe.stderr, (probe.rc, probe.stderr)

@@ -8,8 +8,8 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.fleet.vllm.plugins.filter.weights_plan import weights_networks, weights_plan, weights_status
 
 
-def host(name, complete=False, in_play=True, site="default", seed=""):
-    return dict(host=name, complete=complete, in_play=in_play, site=site, seed=seed)
+def host(name, complete=False, in_play=True, site="default", seed="", serves=True):
+    return dict(host=name, complete=complete, in_play=in_play, site=site, seed=seed, serves=serves)
 
 
 def actions(plan):
@@ -59,7 +59,7 @@ def test_status_of_hosts_outside_the_play():
     assert weights_status({"item": "p", "complete": True, "unreachable": True}, False, hostvars)["complete"] is False
     assert weights_status({"item": "p", "complete": True}, False, hostvars)["site"] == "x"
     mine = weights_status({"inventory_hostname": "a", "__vllm_weights_local": {"complete": True}}, True)
-    assert mine == dict(host="a", site="default", complete=True, in_play=True, seed="")
+    assert mine == dict(host="a", site="default", complete=True, in_play=True, seed="", serves=True)
 
 
 def test_copiers_get_every_candidate_in_order_and_first_choices_spread():
@@ -79,6 +79,23 @@ def test_without_a_source_copiers_start_from_the_seed_then_each_other():
     assert plan["c1"]["peers"] == ["s", "c2", "c3"]
     assert plan["c2"]["peers"] == ["s", "c3", "c1"]
     assert plan["c3"]["peers"] == ["s", "c1", "c2"]
+
+
+def test_a_host_whose_peer_daemon_is_off_is_never_a_source():
+    """Issue 24 point 14: vllm_weights_peer_daemon false - no peer copies from it, nor waits for it to fetch."""
+    # It has the snapshot (outside the play, or in it): the others copy from the hosts that serve, or download.
+    plan = weights_plan([host("off", True, False, serves=False), host("a", True, False), host("new")], "peer")
+    assert plan["new"]["peers"] == ["a"]
+    plan = weights_plan([host("off", True, serves=False), host("b"), host("c")], "peer")
+    assert actions(plan) == {"off": ("none", None), "b": ("download", None), "c": ("copy", "b")}
+    # It lacks it: it is neither the seed (named or first) nor a candidate of the other copiers.
+    plan = weights_plan([host("off", seed="off", serves=False), host("b", seed="off"), host("c", seed="off"), host("d")], "peer")
+    assert actions(plan)["b"] == ("download", None)
+    assert all("off" not in entry["peers"] for entry in plan.values()), plan
+    assert plan["off"]["action"] == "copy" and plan["off"]["peers"][0] == "b"
+    # No host of the site serves: each downloads for itself rather than waiting for one that never serves.
+    plan = weights_plan([host("x", serves=False), host("y", serves=False)], "peer")
+    assert actions(plan) == {"x": ("download", None), "y": ("download", None)}
 
 
 def facts(**interfaces):

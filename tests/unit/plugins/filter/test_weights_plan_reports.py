@@ -95,9 +95,10 @@ def test_unknown_source_in_full():
 def test_status_of_a_host_in_the_play_in_full():
     data = {"inventory_hostname": "a", "vllm_weights_site": "r2", "vllm_weights_seed_host": "b",
             "__vllm_weights_local": {"complete": True}}
-    assert weights_status(data, True) == dict(host="a", site="r2", complete=True, in_play=True, seed="b")
+    assert weights_status(data, True) == dict(host="a", site="r2", complete=True, in_play=True, seed="b", serves=True)
     assert weights_status({"inventory_hostname": "a"}, True) == dict(
-        host="a", site="default", complete=False, in_play=True, seed="")
+        host="a", site="default", complete=False, in_play=True, seed="", serves=True)
+    assert weights_status(dict(data, vllm_weights_peer_daemon=False), True)["serves"] is False
 
 
 HOSTVARS = {"p": {"vllm_weights_site": "r3", "vllm_weights_seed_host": "q"}}
@@ -113,12 +114,13 @@ HOSTVARS = {"p": {"vllm_weights_site": "r3", "vllm_weights_seed_host": "q"}}
     ({"item": "p", "complete": True, "failed": False, "skipped": False, "unreachable": False}, True),
 ])
 def test_status_of_a_host_outside_the_play_in_full(result, complete):
-    assert weights_status(result, False, HOSTVARS) == dict(host="p", site="r3", complete=complete, in_play=False, seed="q")
+    assert weights_status(result, False, HOSTVARS) == dict(host="p", site="r3", complete=complete, in_play=False, seed="q", serves=True)
 
 
 def test_status_of_a_host_without_variables():
     assert weights_status({"item": "p", "complete": True}, False) == dict(
-        host="p", site="default", complete=True, in_play=False, seed="")
+        host="p", site="default", complete=True, in_play=False, seed="", serves=True)
+    assert weights_status({"item": "p", "complete": True}, False, {"p": {"vllm_weights_peer_daemon": "false"}})["serves"] is False
     assert weights_status({"item": "z", "complete": True}, False, HOSTVARS)["site"] == "default"
 
 
@@ -198,8 +200,10 @@ def test_networks_read_from_every_kind_of_interface_entry():
      "such as 10.20.0.0/16 or fd00:20::/64"),
     (["eth0"], None, "weights_networks: expects a host's facts (ansible_facts), got <class 'list'>"),
     ({"lo": {"device": "lo", "ipv4": {"address": "127.0.0.1", "prefix": "8"}}}, None,
-     "no network address found on this host (its network facts list none outside loopback and link-local): set "
-     "vllm_weights_peer_networks to the networks its peers copy from"),
+     "no private network of this host to admit peers from (it has no address outside loopback and link-local): set "
+     "vllm_weights_peer_networks to the networks (CIDRs) its peers copy from (public ones included, if they really copy "
+     "over those), or turn the peer daemon off (vllm_weights_peer_daemon: false; its peers then copy from others or "
+     "download)"),
 ])
 def test_network_errors_in_full(facts, networks, message):
     from ansible_collections.fleet.vllm.plugins.filter.weights_plan import weights_networks
