@@ -31,7 +31,7 @@ options:
     description:
       - One entry per host - C(host) (its name), C(site), C(complete) (bool, or null when unknown),
         C(in_play) (bool), C(seed) (the seed host its variables name, or empty), C(serves) (bool, default true - false
-        when its peer daemon is off, C(vllm_weights_peer_daemon=false): it is then never a source nor the seed).
+        when its peer daemon is off, C(vllm_weights_peer_daemon=false), and then it is never a source nor the seed).
     type: list
     elements: dict
     required: true
