@@ -31,7 +31,7 @@ import jinja2
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from conftest import COLLECTIONS, NOBODY, ROOT, free_port, require_readable, shared_tmpdir, stage_for_account, unreadable_reason
+from conftest import COLLECTIONS, NOBODY, ROOT, free_port, require_readable, run_playbook, shared_tmpdir, stage_for_account, unreadable_reason
 
 from ansible_collections.fleet.vllm.plugins.filter.config_value import config_value
 from ansible_collections.fleet.vllm.plugins.module_utils import _snapshot as snap
@@ -372,3 +372,37 @@ def test_a_copier_of_an_unexported_commit_is_told_the_peer_has_none(base, others
 def test_the_export_rules_name_each_snapshot_and_nothing_else(base, exports, rules):
     conf = render_rsyncd_conf(base, ["10.0.0.0/8"], exports=exports)
     assert [line for line in conf.splitlines() if line.startswith(("filter", "exclude", "include"))] == [rules]
+
+
+def test_the_role_exports_the_staged_and_the_served_commit_then_the_served_one_alone(tmp_path):
+    """tasks/export.yml as the role runs it: the staged commit and the one the served directory's record names (during
+    an upgrade, before the roll); once current names the staged one, that one alone, and a rerun changes nothing."""
+    models = tmp_path / "models"
+    current = models / "served" / REPO_DIR / "current"
+    current.mkdir(parents=True)
+    record = current / ".fleet-vllm-served.json"
+    conf = tmp_path / "etc" / "rsyncd.conf"
+    (tmp_path / "etc").mkdir()
+    extra = dict(fleet_vllm_models_root=str(models), fleet_vllm_model_repo=REPO, vllm_weights_commit=COMMIT,
+                 vllm_weights_peer_networks=["10.0.0.0/8"], vllm_preflight_interfaces={"unused": {}},
+                 __vllm_weights_rsyncd_config=str(conf), ansible_python_interpreter=sys.executable)
+    playbook = ROOT / "tests" / "integration" / "playbooks" / "vllm_weights_export.yml"
+
+    def export():
+        run = run_playbook(playbook, "-i", "localhost,", "-c", "local", extra_vars=extra, timeout=300)
+        assert run.rc == 0, run.stdout[-3000:]
+        rules = [line for line in conf.read_text().splitlines() if line.startswith("filter")]
+        return run.stats()["changed"], rules
+
+    record.write_text(json.dumps({"source": str(models / "pristine" / REPO_DIR / SERVED)}))
+    assert export() == (1, ["filter = - .cache/ - .hf-home/ - .*.lock + /%s/ + /%s/%s/*** + /%s/%s/*** - *" % (
+        REPO_DIR, REPO_DIR, COMMIT, REPO_DIR, SERVED)])
+    record.write_text(json.dumps({"source": str(models / "pristine" / REPO_DIR / COMMIT)}))
+    alone = "filter = - .cache/ - .hf-home/ - .*.lock + /%s/ + /%s/%s/*** - *" % (REPO_DIR, REPO_DIR, COMMIT)
+    assert export() == (1, [alone])
+    assert export() == (0, [alone])
+    # Never deployed (no record), or a record naming a snapshot outside the models root: the staged one alone.
+    record.unlink()
+    assert export() == (0, [alone])
+    record.write_text(json.dumps({"source": "/srv/elsewhere/%s" % SERVED}))
+    assert export() == (0, [alone])
