@@ -88,9 +88,9 @@ _value:
 
 import json
 import re
+from urllib.parse import urlsplit
 
 from ansible_collections.fleet.vllm.plugins.module_utils._credentials import mask_credentials
-from ansible.module_utils.six.moves.urllib.parse import urlsplit
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}\Z")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}\Z")
@@ -125,7 +125,7 @@ def _references(value):
     return []
 
 
-def _settings_problems(trust_remote_code, pins, revision, endpoint, mirror_trusted, endpoint_variable):
+def _settings_problems(pins, revision, endpoint, mirror_trusted, endpoint_variable):
     problems = []
     if not isinstance(revision, str) or not COMMIT_RE.match(revision):
         problems.append("%s is true and %s is '%s', not a commit sha: a branch moves, and a tag can be moved, to code "
@@ -157,7 +157,7 @@ def remote_code_problems(revision_files, trust_remote_code, pins, revision, endp
     """See DOCUMENTATION."""
     if not trust_remote_code:
         return []
-    problems = _settings_problems(trust_remote_code, pins, revision, endpoint, mirror_trusted, endpoint_variable)
+    problems = _settings_problems(pins, revision, endpoint, mirror_trusted, endpoint_variable)
     if revision_files is None or problems:
         return problems
     files = revision_files.get("files") or []
