@@ -268,7 +268,7 @@ class LookupModule(LookupBase):
             lfs = entry.get("lfs") if isinstance(entry.get("lfs"), dict) else {}
             sha256 = hashlib.sha256(body).hexdigest()
             if lfs.get("oid"):
-                listed, served = str(lfs["oid"]).split(":")[-1], sha256
+                listed, served = str(lfs["oid"]).rsplit(":", maxsplit=1)[-1], sha256
             else:
                 listed = str(entry.get("oid"))
                 served = hashlib.sha1(b"blob %d\0" % len(body) + body).hexdigest()  # git's blob id, as the listing gives it
