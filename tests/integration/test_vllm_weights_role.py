@@ -316,8 +316,8 @@ def test_remote_code_is_checked_against_the_pins_before_any_host_downloads_and_t
             "pins %s" % (REPO, commit, hub.url, pins["modeling_kimi_k25.py"], reviewed["modeling_kimi_k25.py"])
             in " ".join(failed[0][1]["msg"].split())), failed
     # Only the controller's fetches of the code and config files; no host downloaded anything.
-    assert {r["file"] for r in shard_gets(hub)} <= set(code) | {"config.json", "tokenizer_config.json", "generation_config.json",
-                                                             "hf_quant_config.json"}
+    fetched = set(code) | {"config.json", "tokenizer_config.json", "generation_config.json", "hf_quant_config.json"}
+    assert {r["file"] for r in shard_gets(hub)} <= fetched
     assert not [r for r in hub.requests if r["method"] == "HEAD"] and not snapshot.exists()
 
     good = play(fleet, "--limit", "node1", fleet_vllm_remote_code_sha256=pins, **settings)
