@@ -66,6 +66,17 @@ options:
     description: Seconds for each request.
     type: int
     default: 30
+  contents:
+    description:
+      - Also fetch the content of the listed files whose path matches one of these globs (C(fnmatch), where C(*)
+        crosses C(/)), from the same O(endpoint) (C(GET /REPO/resolve/COMMIT/PATH)), and check each against the
+        digest the listing gives it (the git blob sha1 C(oid), or the sha256 C(lfs.oid) of an LFS file); a file that
+        differs fails the lookup. Meant for the small files that say what code runs (C(*.py), C(config.json) and
+        the other files with an C(auto_map)) - a file over 1 MiB fails the lookup.
+      - Needs a commit sha, as O(revision) or resolved.
+    type: list
+    elements: str
+    default: []
   hint:
     description: What to check, appended to an error message (the caller's variables, say).
     type: str
@@ -97,8 +108,15 @@ _raw:
           and for LFS files C(lfs) with C(oid) - the sha256 - and C(size)); empty without O(files).
       type: list
       elements: dict
+    contents:
+      description:
+        - With O(contents), each fetched file by path - C(sha256), the sha256 of its content, and C(text), its content
+          decoded as UTF-8 (undecodable bytes replaced).
+      type: dict
 """
 
+import fnmatch
+import hashlib
 import json
 import re
 
@@ -120,6 +138,8 @@ MAX_PAGES = 1000
 REDIRECTS = (301, 302, 303, 307, 308)
 MAX_REDIRECTS = 10
 DEFAULT_PORTS = {"http": 80, "https": 443}
+# The most a file of O(contents) may weigh: code and configuration files, never shards.
+MAX_CONTENT = 1 << 20
 
 
 def origin(url):
@@ -138,18 +158,19 @@ def origin(url):
 
 class LookupModule(LookupBase):
 
-    def get(self, url, what):
-        """The JSON answer of ``url`` and its Link header, redirects followed here rather than by urllib:
-        ansible's redirect handler keeps every header, the token's too, whatever host a Location names."""
+    def get(self, url, what, raw=False):
+        """The JSON answer of ``url`` (its bytes with ``raw``) and its Link header, redirects followed here rather
+        than by urllib: ansible's redirect handler keeps every header, the token's too, whatever host a Location
+        names."""
         for dummy in range(MAX_REDIRECTS + 1):
-            headers = {"Accept": "application/json"}
+            headers = {} if raw else {"Accept": "application/json"}
             token = self.get_option("token")
             if token and origin(url) == self.origin:
                 headers["Authorization"] = "Bearer " + token
             try:
                 response = open_url(url, headers=headers, validate_certs=self.get_option("validate_certs"),
                                     timeout=self.get_option("timeout"), follow_redirects="none")
-                body = response.read()
+                body = response.read(MAX_CONTENT + 1) if raw else response.read()
                 link = response.headers.get("Link") or ""
             except HTTPError as exc:
                 location = exc.headers.get("Location") if exc.code in REDIRECTS and exc.headers else None
@@ -163,6 +184,10 @@ class LookupModule(LookupBase):
                 continue
             except (URLError, OSError, ValueError) as exc:
                 raise AnsibleLookupError(self.problem(what, url, to_native(getattr(exc, "reason", exc))))
+            if raw:
+                if len(body) > MAX_CONTENT:
+                    raise AnsibleLookupError(self.problem(what, url, "the file is over %d bytes" % MAX_CONTENT))
+                return body, link
             try:
                 return json.loads(body.decode("utf-8")), link
             except ValueError:
@@ -220,5 +245,36 @@ class LookupModule(LookupBase):
                 else:
                     raise AnsibleLookupError("hub_revision: the listing of %s at %s has more than %d pages"
                                              % (repo, listed, MAX_PAGES))
-            results.append(dict(commit=commit, files=files))
+            result = dict(commit=commit, files=files)
+            if self.get_option("contents"):
+                result["contents"] = self.contents(repo, commit, files)
+            results.append(result)
         return results
+
+    def contents(self, repo, commit, files):
+        """{path: {sha256, text}} of the listed files O(contents) names, each checked against its listed digest."""
+        if not commit:
+            raise AnsibleLookupError("hub_revision: contents needs a commit sha, and %s is not one"
+                                     % (self.get_option("revision"),))
+        patterns = self.get_option("contents")
+        found = {}
+        for entry in files:
+            path = entry.get("path") if isinstance(entry, dict) and entry.get("type") == "file" else None
+            if not isinstance(path, str) or not any(fnmatch.fnmatchcase(path, pattern) for pattern in patterns):
+                continue
+            what = "fetch %s of %s at %s" % (path, repo, commit)
+            url = "%s/%s/resolve/%s/%s" % (self.get_option("endpoint").rstrip("/"), repo, commit, quote(path))
+            body, dummy = self.get(url, what, raw=True)
+            lfs = entry.get("lfs") if isinstance(entry.get("lfs"), dict) else {}
+            sha256 = hashlib.sha256(body).hexdigest()
+            if lfs.get("oid"):
+                listed, served = str(lfs["oid"]).rsplit(":", maxsplit=1)[-1], sha256
+            else:
+                listed = str(entry.get("oid"))
+                served = hashlib.sha1(b"blob %d\0" % len(body) + body).hexdigest()  # git's blob id, as the listing gives it
+            if served != listed:
+                raise AnsibleLookupError(self.problem(what, url, "its content (digest %s) is not the one the listing gives "
+                                                                 "(%s): the endpoint answers two different files for one "
+                                                                 "commit" % (served, listed)))
+            found[path] = dict(sha256=sha256, text=body.decode("utf-8", "replace"))
+        return found

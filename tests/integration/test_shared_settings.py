@@ -34,6 +34,8 @@ def play(tmp_path, **extra):
         vllm_preflight_model_size_bytes=1,
         vllm_preflight_shm_min_bytes=1024,
         fleet_vllm_served_model_path="/srv/models/kimi",
+        # Remote code needs a commit sha and the pins of its code (tests/integration/test_remote_code_trust.py).
+        fleet_vllm_trust_remote_code=False,
     )
     variables.update(extra)
     run = run_playbook(PLAYBOOK, "-i", inventory, extra_vars=variables, timeout=300,

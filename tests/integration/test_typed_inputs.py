@@ -38,7 +38,8 @@ CASES = [
     ("deploy.yml", {"vllm_gateway_drain_timeout": "soon"}, "vllm_gateway_drain_timeout"),  # rolling phase only
     ("deploy.yml", {"vllm_runtime_source": "nighty"}, "vllm_runtime_source"),              # not one of the choices
     ("deploy.yml", {"vllm_weights_peer_port": [873]}, "vllm_weights_peer_port"),
-    ("deploy.yml", {"vllm_server_trust_remote_code": "maybe"}, "vllm_server_trust_remote_code"),
+    ("deploy.yml", {"fleet_vllm_trust_remote_code": "maybe"}, "fleet_vllm_trust_remote_code"),
+    ("deploy.yml", {"fleet_vllm_remote_code_sha256": ["abc"]}, "fleet_vllm_remote_code_sha256"),
     # an old name, typed wrongly, is caught under the name it now sets
     ("deploy.yml", {"vllm_server_tensor_parallel_size": "eight"}, "fleet_vllm_tensor_parallel_size"),
     ("playbooks/rollback.yml", {"vllm_runtime_keep": "two"}, "vllm_runtime_keep"),

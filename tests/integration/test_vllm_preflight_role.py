@@ -83,6 +83,9 @@ def play(tmp_path, extra, *flags, scenario="rtx-pro-6000-x8"):
         # stands in (checked against this kernel's fs.nr_open), and a small /dev/shm suffices.
         fleet_vllm_nofile_limit=65536,
         vllm_preflight_shm_min_bytes=1024 * 1024,
+        # The listing and the host's checks here, on a branch from loopback test hubs: the checks of remote code
+        # are tests/integration/test_remote_code_trust.py's.
+        fleet_vllm_trust_remote_code=False,
     )
     variables.update(extra)
     run = run_playbook(PLAYBOOK, "-i", inventory, *flags, extra_vars=variables, timeout=300, env={

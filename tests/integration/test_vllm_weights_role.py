@@ -76,6 +76,9 @@ def fleet(tmp_path_factory, hub_wheels):
     inventory = base / "hosts.yml"
     inventory.write_text(yaml.safe_dump({"all": {"children": {"vllm_servers": {"hosts": hostvars}}, "vars": dict(
         fleet_vllm_hub_endpoint=hub.url, vllm_weights_retry_delay=1, vllm_weights_progress_every=5,
+        # The synthetic checkpoint has no code, and the runs follow a branch of a loopback hub: remote code's checks
+        # are tests/integration/test_remote_code_trust.py's and tests/unit/plugins/filter/test_remote_code_problems.py's.
+        fleet_vllm_trust_remote_code=False,
         vllm_weights_pip_extra_args=["--no-index", "--find-links", str(hub_wheels)],
     )}}))
     time.sleep(0.5)
@@ -280,3 +283,47 @@ def test_a_token_never_goes_to_a_plain_http_endpoint_unless_allowed(fleet):
     assert found and all(word in found[0] for word in ("fleet_vllm_hub_endpoint", "fleet_vllm_hf_token_over_http")), found
     assert len(fleet["hub"].requests) == asked
     assert "hf_s3cret_never_sent" not in bad.stdout + bad.stderr
+
+
+def test_remote_code_is_checked_against_the_pins_before_any_host_downloads_and_then_held_to_them(fleet, tmp_path):
+    """Issue 24 point 6, the role run alone (no preflight): with remote code trusted, the listing the hosts verify
+    against is checked against the inventory's pins before any host downloads - a code file served other than pinned
+    stops the run naming the file, both digests and the variable; with the right pins the download completes and
+    the hosts checked the code files against the pins (fleet.vllm.remote_code_listing)."""
+    import hashlib
+    import shutil
+
+    code = {"configuration_kimi_k25.py": b"class KimiK25Config: pass\n",
+            "modeling_kimi_k25.py": b"import os\nos.system('id > /tmp/fleet-vllm-owned')\n",
+            "tokenization_kimi.py": b"class TikTokenTokenizer: pass\n"}
+    repo = tmp_path / "code"
+    shutil.copytree(fleet["repo"], repo)
+    for name, body in code.items():
+        (repo / name).write_bytes(body)
+    hub = fleet["hub"]
+    commit = hub.add_repo(REPO, str(repo), branch="with-code")
+    pins = dict((name, hashlib.sha256(body).hexdigest()) for name, body in code.items())
+    reviewed = dict(pins, **{"modeling_kimi_k25.py": hashlib.sha256(b"class KimiK25Model: pass\n").hexdigest()})
+    settings = dict(fleet_vllm_trust_remote_code=True, fleet_vllm_model_revision=commit, fleet_vllm_hub_mirror_trusted=True)
+    snapshot = fleet["base"] / "node1" / "pristine" / REPO.replace("/", "--") / commit
+
+    hub.clear_log()
+    bad = play(fleet, "--limit", "node1", fleet_vllm_remote_code_sha256=reviewed, **settings)
+    assert bad.rc != 0
+    failed = [(name, result) for name, result in bad.task_list("node1") if result.get("failed")]
+    assert [name for name, dummy in failed] == ["Check the model's code against the inventory's pins"], failed
+    assert ("modeling_kimi_k25.py: the listing of %s at %s from %s serves sha256 %s, fleet_vllm_remote_code_sha256 "
+            "pins %s" % (REPO, commit, hub.url, pins["modeling_kimi_k25.py"], reviewed["modeling_kimi_k25.py"])
+            in " ".join(failed[0][1]["msg"].split())), failed
+    # Only the controller's fetches of the code and config files; no host downloaded anything.
+    fetched = set(code) | {"config.json", "tokenizer_config.json", "generation_config.json", "hf_quant_config.json"}
+    assert {r["file"] for r in shard_gets(hub)} <= fetched
+    assert not [r for r in hub.requests if r["method"] == "HEAD"] and not snapshot.exists()
+
+    good = play(fleet, "--limit", "node1", fleet_vllm_remote_code_sha256=pins, **settings)
+    assert good.rc == 0, good.stdout[-4000:]
+    for name, body in code.items():
+        assert (snapshot / name).read_bytes() == body
+    manifest = json.loads((snapshot / ".fleet-vllm-snapshot.json").read_text())
+    listed = dict((item["path"], item) for item in manifest["files"])
+    assert all(listed[name].get("sha256") == pins[name] for name in code), manifest["files"]

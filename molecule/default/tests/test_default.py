@@ -47,7 +47,9 @@ def test_unit_file(host):
                         ("--served-model-name", fleet.served_name()), ("--port", "8000"),
                         ("--tool-call-parser", "kimi_k2"), ("--reasoning-parser", "kimi_k2")]:
         assert argv[argv.index(flag) + 1] == value, flag
-    assert "--trust-remote-code" in argv
+    # The demo trusts no remote code (inventories/demo: the synthetic checkpoint ships none); the
+    # seed's --trust-remote-code is the example inventory's (tests/integration/test_deploy_playbook.py).
+    assert "--trust-remote-code" not in argv
     assert "--disable-log-requests" not in text
     # Secrets never on the command line, nor anywhere in the unit.
     assert "--api-key" not in text

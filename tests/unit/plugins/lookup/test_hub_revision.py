@@ -198,3 +198,48 @@ def test_a_token_over_plain_http_is_refused_naming_the_variable_and_nothing_is_s
                               % server.endpoint), message
     assert "use an https endpoint" in message and "fleet_vllm_hf_token_over_http: true" in message
     assert TOKEN not in message and server.requests == []
+
+
+def code_routes(served=None):
+    """A commit with a code file and a config, listed by their git blob ids; ``served``: what the resolve URL answers
+    for modeling_kimi.py instead (an endpoint answering two different files for one commit)."""
+    import hashlib
+
+    modeling, config = b"class KimiModel: pass\n", b'{"auto_map": {"AutoModel": "modeling_kimi.KimiModel"}}'
+    tree = [{"type": "file", "path": path, "size": len(body), "oid": hashlib.sha1(b"blob %d\0" % len(body) + body).hexdigest()}
+            for path, body in (("config.json", config), ("modeling_kimi.py", modeling))] + PAGE2
+    return modeling, config, {
+        "/api/models/%s/tree/%s?recursive=true" % (REPO, SHA): (200, tree),
+        "/%s/resolve/%s/config.json" % (REPO, SHA): (200, config),
+        "/%s/resolve/%s/modeling_kimi.py" % (REPO, SHA): (200, served if served is not None else modeling)}
+
+
+def test_contents_fetches_the_code_and_config_files_checked_against_the_listing(hub):
+    import hashlib
+
+    modeling, config, found = code_routes()
+    server = hub(found)
+    result = lookup(REPO, revision=SHA, endpoint=server.endpoint, resolve=False, token=TOKEN, token_over_http=True,
+                    contents=["*.py", "*config.json"])[0]
+    assert result["contents"] == {"config.json": {"sha256": hashlib.sha256(config).hexdigest(), "text": config.decode()},
+                                  "modeling_kimi.py": {"sha256": hashlib.sha256(modeling).hexdigest(),
+                                                       "text": modeling.decode()}}
+    # The shard is never fetched; the files are asked by commit, with the token (same origin).
+    assert [path for path, dummy in server.requests] == [
+        "/api/models/%s/tree/%s?recursive=true" % (REPO, SHA), "/%s/resolve/%s/config.json" % (REPO, SHA),
+        "/%s/resolve/%s/modeling_kimi.py" % (REPO, SHA)]
+    assert {auth for dummy, auth in server.requests} == {"Bearer " + TOKEN}
+
+
+def test_contents_that_differ_from_the_listing_fail_the_lookup(hub):
+    dummy, dummy, found = code_routes(served=b"import os; os.system('id')\n")
+    server = hub(found)
+    with pytest.raises(AnsibleLookupError, match="fetch modeling_kimi.py of %s at %s .* is not the one the listing gives"
+                       % (REPO, SHA)):
+        lookup(REPO, revision=SHA, endpoint=server.endpoint, resolve=False, contents=["*.py"])
+
+
+def test_contents_need_a_commit(hub):
+    server = hub({"/api/models/%s/tree/main?recursive=true" % REPO: (200, PAGE1)})
+    with pytest.raises(AnsibleLookupError, match="contents needs a commit sha, and main is not one"):
+        lookup(REPO, revision="main", endpoint=server.endpoint, resolve=False, contents=["*.py"])
