@@ -240,3 +240,27 @@ def test_a_check_model_that_is_not_a_name_is_refused_naming_the_filter(tmp_path)
     assert run.rc != 0
     assert "fleet.vllm.probe_body: the probe's model (the served model name) must be a non-empty string" in run.stdout
     assert not (tmp_path / "haproxy.cfg").exists()
+
+
+EXAMPLE_CHECK = ROOT / "tests" / "integration" / "playbooks" / "vllm_gateway_check.yml"
+
+
+@pytest.mark.parametrize("variables, refused", [
+    ({}, False),
+    # What the example held before issue 24 point 8: no certificate, no CA.
+    ({"vllm_gateway_tls_certificate": "", "vllm_gateway_backend_ca_file": ""}, True),
+])
+def test_the_example_inventory_speaks_tls_on_every_hop(variables, refused):
+    """inventories/example is what operators copy: its front doors and its gateway pass the checks with
+    TLS on every hop, and the same inventory without its certificate and CA is refused on every host."""
+    run = run_playbook(EXAMPLE_CHECK, "-i", ROOT / "inventories" / "example", "--check",
+                       extra_vars=dict({"vault_vllm_server_api_key": "k1-example"}, **variables), timeout=300)
+    hosts = ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04", "lb-01"]
+    results = {host: dict(run.task_list(host)).get(CHECK) for host in hosts}
+    assert all(result is not None for result in results.values()), run.stdout[-3000:]
+    for host, result in results.items():
+        assert bool(result.get("failed")) == refused, (host, result.get("msg"))
+        if refused:
+            assert PLAIN_LISTENER in result["msg"], result["msg"]
+            assert (PLAIN_BACKENDS in result["msg"]) == (host == "lb-01"), result["msg"]
+    assert (run.rc != 0) == refused
