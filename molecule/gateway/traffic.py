@@ -3,7 +3,7 @@ happens, with HAProxy's own counters before and after.
 
     python traffic.py roll -- playbooks/deploy.yml -e vllm_runtime_version=0.33.0
         the bounded client (molecule/shared/traffic_client.py) runs inside the gateway host
-        against 127.0.0.1:8080 while molecule/shared/run_playbook.py runs the deploy;
+        against https://127.0.0.1:8080 (the scenario's CA) while molecule/shared/run_playbook.py runs the deploy;
     python traffic.py hang
         hangs the first fleet host's engine (the simulator's fault file), times how long the
         gateway keeps it in rotation, sends requests through the gateway once it left, heals it
@@ -47,8 +47,8 @@ def start_client(lb, requests, seconds):
     # The key goes through the environment (podman exec --env NAME takes the value from it), not argv.
     return subprocess.Popen(
         ["podman", "exec", "--env", "TRAFFIC_KEY", lb, "sh", "-c",
-         'exec python3 %s --url http://127.0.0.1:8080 --model "$0" --requests "$1" --seconds "$2" '
-         '--stop-file %s --workers 4 --pause 0.05' % (CLIENT, STOP), fleet.served_name(), str(requests), str(seconds)],
+         'exec python3 %s --url https://127.0.0.1:8080 --ca-file %s --model "$0" --requests "$1" --seconds "$2" '
+         '--stop-file %s --workers 4 --pause 0.05' % (CLIENT, gw.CA_FILE, STOP), fleet.served_name(), str(requests), str(seconds)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 

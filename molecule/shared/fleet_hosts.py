@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -337,9 +338,24 @@ def published(name, port=FRONTDOOR_PORT):
     return address
 
 
+def tls_ca():
+    """The scenario's test CA on this machine when its front doors speak TLS (molecule/gateway/prepare.yml
+    makes it in the ephemeral directory), else None."""
+    path = os.path.join(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", ""), "tls", "ca.pem")
+    return path if os.path.isfile(path) else None
+
+
+def frontdoor_base(name):
+    """https://127.0.0.1:NNNN (a scenario with TLS front doors) or http://..., the front door of NAME as
+    published on this machine's loopback."""
+    return "%s://%s" % ("https" if tls_ca() else "http", published(name))
+
+
 def http(url, body=None, key=None, timeout=10):
-    """(status, text) of a GET, or a POST of ``body`` as JSON, from this machine (loopback only)."""
-    assert url.startswith("http://127.0.0.1:"), url
+    """(status, text) of a GET, or a POST of ``body`` as JSON, from this machine (loopback only); an
+    https URL over TLS, the certificate verified against the scenario's CA (for 127.0.0.1)."""
+    assert url.startswith(("http://127.0.0.1:", "https://127.0.0.1:")), url
+    context = ssl.create_default_context(cafile=tls_ca()) if url.startswith("https:") else None
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url, data=data, method="GET" if body is None else "POST")
     if body is not None:
@@ -347,7 +363,7 @@ def http(url, body=None, key=None, timeout=10):
     if key:
         request.add_header("Authorization", f"Bearer {key}")
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode()
@@ -431,7 +447,7 @@ def assert_serving(host, data, version):
     assert answers["chat"][0] == 200, answers["chat"]
     assert json.loads(answers["chat"][1])["choices"][0]["message"]["content"]
 
-    base = f"http://{published(name_of(host))}"
+    base = frontdoor_base(name_of(host))
     assert http(f"{base}/health", key=api_key())[0] == 200
     assert http(f"{base}/health")[0] == 401, "the front door forwards without the key"
     status, text = http(f"{base}/v1/models", key=api_key())

@@ -16,6 +16,9 @@ SOCKET = "/run/haproxy/admin.sock"
 CONFIG = "/etc/haproxy/haproxy.cfg"
 BACKEND = "fleet_vllm"
 FAULT_FILE = "/run/fleet-vllm-simulator/fault"
+# The scenario's CA on every host (molecule/gateway/prepare.yml): the front doors and the gateway
+# speak TLS only (converge.yml), their certificates for the hosts' names, localhost and 127.0.0.1.
+CA_FILE = "/etc/haproxy/tls/ca.pem"
 # The role's defaults (roles/vllm_gateway/defaults/main.yml), which the scenario keeps.
 CHECK_INTERVAL, CHECK_TIMEOUT, CHECK_FALL, CHECK_RISE = 5, 10, 2, 2
 # "A dead or hung engine leaves rotation within fall x (interval + timeout) seconds" (the README).
@@ -34,18 +37,22 @@ sys.stdout.write(out.decode())
 """
 
 _HTTP = r"""
-import http.client, json, sys
+import http.client, json, ssl, sys
 out = []
+ca = sys.argv[2]
 for host, port, method, path, key, body in json.loads(sys.argv[1]):
     try:
-        c = http.client.HTTPConnection(host, port, timeout=10)
+        if ca:
+            c = http.client.HTTPSConnection(host, port, timeout=10, context=ssl.create_default_context(cafile=ca))
+        else:
+            c = http.client.HTTPConnection(host, port, timeout=10)
         h = {"Content-Type": "application/json"}
         if key:
             h["Authorization"] = "Bearer " + key
         c.request(method, path, body=body or None, headers=h)
         r = c.getresponse()
         out.append([r.status, r.read().decode("utf-8", "replace")[:20000]])
-    except OSError as e:
+    except (OSError, http.client.HTTPException) as e:
         out.append([0, "%s: %s" % (type(e).__name__, e)])
 print(json.dumps(out))
 """
@@ -73,9 +80,16 @@ def row(rows, proxy, server):
     return next(r for r in rows if r["pxname"] == proxy and r["svname"] == server)
 
 
-def requests_from(name, requests):
-    """[(status, body)] of HTTP requests sent from inside host NAME: (host, port, method, path, key, body)."""
-    return json.loads(exec_in(name, ["python3", "-c", _HTTP, json.dumps(requests)]))
+def requests_from(name, requests, tls=True):
+    """[(status, body)] of HTTP requests sent from inside host NAME: (host, port, method, path, key, body);
+    over TLS, each server's certificate verified against the scenario's CA and its name (tls=False: plain
+    HTTP, status 0 and the error when no HTTP answer came)."""
+    return json.loads(exec_in(name, ["python3", "-c", _HTTP, json.dumps(requests), CA_FILE if tls else ""]))
+
+
+def info(name):
+    """show info as a dict (CumSslConns: the TLS connections HAProxy accepted and made since it started)."""
+    return dict(line.split(": ", 1) for line in runtime(name, "show info").splitlines() if ": " in line)
 
 
 def haproxy_processes(name):

@@ -61,7 +61,7 @@ class Poller(threading.Thread):
         self.stop = threading.Event()
         self.changes = []
         hosts = fleet()
-        self.urls = {name: "http://%s/health" % hosts.published(name) for name in hosts.instances()}
+        self.urls = {name: "%s/health" % hosts.frontdoor_base(name) for name in hosts.instances()}
 
     @staticmethod
     def status(url):
@@ -107,7 +107,7 @@ class Interrupter(threading.Thread):
             if now and now != self.before and self.proc is not None:
                 self.proc.send_signal(signal.SIGINT)
                 self.record["invocation_after"] = now
-                self.record["health_down"] = Poller.status("http://%s/health" % fleet().published(self.name_)) != 200
+                self.record["health_down"] = Poller.status("%s/health" % fleet().frontdoor_base(self.name_)) != 200
                 self.record["seconds"] = round(time.monotonic(), 2)
                 return
             time.sleep(0.2)

@@ -16,6 +16,8 @@ with their time), "latencies_ms" (p50, p90, p99 of the ok ones), "streamed"}.
 
     TRAFFIC_KEY=KEY python3 traffic_client.py --url http://127.0.0.1:8080 --model kimi-k2.5 \
         --requests 100000 --seconds 600 --stop-file /tmp/stop --workers 4 --pause 0.05
+
+An https URL is sent over TLS, the server's certificate verified (--ca-file CA, else the system's).
 """
 
 from __future__ import annotations
@@ -24,15 +26,19 @@ import argparse
 import http.client
 import json
 import os
+import ssl
 import threading
 import time
 import urllib.parse
 
 
-def one(url, key, model, stream, timeout):
-    """(outcome, detail) of one chat completion."""
+def one(url, key, model, stream, timeout, context=None):
+    """(outcome, detail) of one chat completion (an https URL: over TLS, verified with CONTEXT)."""
     parts = urllib.parse.urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+    if parts.scheme == "https":
+        conn = http.client.HTTPSConnection(parts.hostname, parts.port or 443, timeout=timeout, context=context)
+    else:
+        conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
     body = json.dumps({"model": model, "max_tokens": 8, "stream": stream,
                        "messages": [{"role": "user", "content": "Say hello"}]})
     headers = {"Content-Type": "application/json"}
@@ -78,7 +84,9 @@ def main():
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--timeout", type=float, default=30)
     parser.add_argument("--pause", type=float, default=0.0, help="seconds each worker waits between two requests")
+    parser.add_argument("--ca-file", default="", help="with an https URL: the CA to verify the server's certificate with")
     args = parser.parse_args()
+    context = ssl.create_default_context(cafile=args.ca_file or None)
 
     lock = threading.Lock()
     counts = {"sent": 0, "ok": 0, "failed": 0, "truncated": 0, "streamed": 0}
@@ -98,7 +106,7 @@ def main():
                 stream = counts["sent"] % 2 == 0
                 counts["streamed"] += stream
             began = time.monotonic()
-            outcome, detail = one(args.url, args.key, args.model, stream, args.timeout)
+            outcome, detail = one(args.url, args.key, args.model, stream, args.timeout, context)
             took = time.monotonic() - began
             if args.pause:
                 time.sleep(args.pause)

@@ -35,7 +35,10 @@ def test_deploy_stages_everything_at_once_then_rolls_in_batches():
     proc = run("ansible-playbook", "deploy.yml", "-i", "inventories/example", "--list-tasks", "--list-hosts")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    stage, roll = out.split("play #2")
+    # Play 1 checks the gateways' settings and changes nothing (issue 24, point 8); play 2 stages.
+    check, rest = out.split("play #2")
+    assert "vllm_gateway : Check the gateway settings" in check and "lb-01" in check, check
+    stage, roll = rest.split("play #3")
     phases = ["fleet.vllm.vllm_preflight :", "fleet.vllm.vllm_weights : Plan where",
               "fleet.vllm.vllm_runtime : Install the pinned vLLM", "fleet.vllm.vllm_weights : Link the served",
               "fleet.vllm.vllm_kv_cache :", "fleet.vllm.vllm_nccl : Hand the staged NCCL", "fleet.vllm.vllm_server : Write the directories, the cleanup",

@@ -34,6 +34,7 @@ from conftest import ROOT, free_port, prerequisite, run_playbook
 from tests.helpers.haproxy import HAPROXY, ask
 from tests.helpers.haproxy import running as haproxy_running
 from tests.helpers.standin_engine import StandInEngine
+from tests.helpers.tls import issue, make_ca
 
 pytestmark = [
     pytest.mark.integration,
@@ -45,34 +46,6 @@ PLAYBOOK = ROOT / "tests" / "integration" / "playbooks" / "vllm_gateway_render.y
 KEY = "k24-fleet.vllm_backend~tls-key"
 PROMPT = "the client's prompt, for door1 only"
 DOOR1, DOOR2, OTHER = "door1.fleet-vllm.test", "door2.fleet-vllm.test", "other.fleet-vllm.test"
-
-
-def openssl(*args):
-    subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-
-def make_ca(directory):
-    key, cert = directory / "ca.key", directory / "ca.pem"
-    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
-            "-subj", "/CN=fleet.vllm test CA", "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-keyout", str(key), "-out", str(cert))
-    return key, cert
-
-
-def issue(directory, ca, name):
-    """A certificate for NAME (its CN and its only subjectAltName) signed by CA: (cert, key, bundle)."""
-    ca_key, ca_cert = ca
-    key, csr, cert = directory / (name + ".key"), directory / (name + ".csr"), directory / (name + ".pem")
-    ext = directory / (name + ".ext")
-    ext.write_text("subjectAltName=DNS:%s\nextendedKeyUsage=serverAuth\n" % name)
-    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-subj", "/CN=" + name,
-            "-keyout", str(key), "-out", str(csr))
-    openssl("x509", "-req", "-in", str(csr), "-CA", str(ca_cert), "-CAkey", str(ca_key), "-CAcreateserial",
-            "-days", "2", "-extfile", str(ext), "-out", str(cert))
-    bundle = directory / (name + ".bundle.pem")  # HAProxy's crt: the certificate and its key in one file
-    bundle.write_bytes(cert.read_bytes() + key.read_bytes())
-    bundle.chmod(0o600)
-    return cert, key, bundle
 
 
 class Impostor(object):

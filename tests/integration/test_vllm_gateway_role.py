@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -79,13 +80,103 @@ def test_a_tarpit_out_of_range_is_refused(variables):
 
 GATEWAY = ROOT / "tests" / "integration" / "playbooks" / "vllm_gateway_gateway.yml"
 HOST_CHECK = "Check the fleet hosts' addresses and TLS names that the gateway's server lines write"
+# A gateway that speaks TLS to its clients and to the front doors (issue 24 point 8: nothing else passes its checks).
+GATEWAY_TLS = {"vllm_gateway_tls_certificate": "/etc/haproxy/tls/gateway.pem", "vllm_gateway_backend_ca_file": "/etc/haproxy/tls/ca.pem"}
+
+
+
+# ---- issue 24 point 8: no clear text on a network hop unless the operator opts out ----------------
+
+CHECK = "Check the gateway settings that argument specs cannot express"
+PLAIN_LISTENER = "would take requests in plain HTTP on"
+PLAIN_BACKENDS = "with the key to the front doors in plain HTTP"
+
+
+def checked(playbook, host="localhost", **extra):
+    """A check-mode run of PLAYBOOK: (the result of the role's first check on HOST, the run). The
+    tasks after it may fail on this controller (nothing is installed here); they are not asked."""
+    run = run_playbook(playbook, "--check", extra_vars=dict({"vllm_server_served_model_name": "kimi-k2.5",
+                                                            "vllm_server_api_key": "k1", "fleet_hosts": []}, **extra),
+                       timeout=300)
+    results = [task["hosts"][host] for play in run.out["plays"] for task in play["tasks"]
+               if task["task"]["name"].endswith(CHECK) and host in task["hosts"]]
+    assert len(results) == 1, run.stdout[-3000:]
+    return results[0], run
+
+
+def test_a_plain_http_front_door_is_refused_naming_the_certificate_and_the_opt_out():
+    msg, run = refused(vllm_server_api_key="k1")
+    assert "the front door of localhost would take requests in plain HTTP on *:8080" in msg, msg
+    assert "vllm_gateway_tls_certificate" in msg and "vllm_gateway_allow_plain_http: true" in msg, msg
+    assert "vllm_gateway_bind_address: 127.0.0.1" in msg, msg
+    assert run.stats()["changed"] == 0
+
+
+@pytest.mark.parametrize("variables", [
+    {"vllm_gateway_allow_plain_http": True},                                # the operator's opt-out
+    {"vllm_gateway_tls_certificate": "/etc/haproxy/tls/frontdoor.pem"},     # TLS
+    {"vllm_gateway_bind_address": "127.0.0.1"},                             # loopback: no network hop
+    {"vllm_gateway_bind_address": "::1"},
+])
+def test_a_front_door_with_tls_on_loopback_or_the_opt_out_passes_the_check(variables):
+    result, dummy = checked(PLAYBOOK, **variables)
+    assert not result.get("failed"), result.get("msg")
+
+
+@pytest.mark.parametrize("address", ["*", "0.0.0.0", "10.0.0.5", "127.0.0.1.example", "::"])
+def test_a_front_door_on_a_network_address_in_plain_http_is_refused(address):
+    msg, dummy = refused(vllm_server_api_key="k1", vllm_gateway_bind_address=address)
+    assert PLAIN_LISTENER in msg and "vllm_gateway_allow_plain_http: true" in msg, msg
+
+
+@pytest.mark.parametrize("variables, refusals", [
+    ({}, [PLAIN_LISTENER, PLAIN_BACKENDS]),
+    ({"vllm_gateway_tls_certificate": "/etc/haproxy/tls/gateway.pem"}, [PLAIN_BACKENDS]),
+    ({"vllm_gateway_backend_ca_file": "/etc/haproxy/tls/ca.pem"}, [PLAIN_LISTENER]),
+    ({"vllm_gateway_backend_ca_file": "/etc/haproxy/tls/ca.pem", "vllm_gateway_bind_address": "127.0.0.1"}, []),
+    (GATEWAY_TLS, []),
+    ({"vllm_gateway_allow_plain_http": True}, []),
+])
+def test_a_gateway_in_plain_http_to_its_clients_or_to_the_front_doors_is_refused_unless_opted_out(variables, refusals):
+    result, run = checked(GATEWAY, **variables)
+    msg = result.get("msg", "")
+    assert bool(result.get("failed")) == bool(refusals), msg
+    assert (PLAIN_LISTENER in msg, PLAIN_BACKENDS in msg) == (PLAIN_LISTENER in refusals, PLAIN_BACKENDS in refusals), msg
+    if refusals:
+        assert "vllm_gateway_allow_plain_http: true" in msg, msg
+        assert ("vllm_gateway_backend_ca_file" in msg) == (PLAIN_BACKENDS in refusals), msg
+        assert "the gateway localhost" in msg or "the gateway of localhost" in msg, msg
+        assert run.rc != 0 and run.stats()["changed"] == 0
+        # Nothing ran on the gateway after the refusal.
+        names = [task["task"]["name"] for play in run.out["plays"][1:] for task in play["tasks"]]
+        assert names[-1].endswith(CHECK), names
+
+
+def test_deploy_stops_at_a_plain_http_gateway_before_any_fleet_host_runs_a_task(tmp_path):
+    """The gateways' checks run in deploy.yml's first play: a gateway without TLS stops the run before the
+    staging play starts on the fleet hosts (whose front doors are fine here)."""
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("[vllm_servers]\ngpu-a ansible_connection=local ansible_python_interpreter=%s ansible_become=false\n"
+                         "[vllm_gateways]\nlb-a ansible_connection=local ansible_python_interpreter=%s ansible_become=false\n"
+                         % (sys.executable, sys.executable))
+    run = run_playbook(ROOT / "deploy.yml", "-i", inventory, "--check", extra_vars={
+        "vllm_server_served_model_name": "kimi-k2.5", "vllm_server_api_key": "k1",
+        "vllm_gateway_tls_certificate": "/etc/haproxy/tls/host.pem"}, timeout=300)
+    assert run.rc != 0
+    failed = [(name, result) for name, result in run.task_list("lb-a") if result.get("failed")]
+    assert [name for name, dummy in failed] == [CHECK], run.task_list("lb-a")
+    assert PLAIN_BACKENDS in failed[0][1]["msg"] and "vllm_gateway_backend_ca_file" in failed[0][1]["msg"]
+    assert run.out["plays"][0]["play"]["name"] == "Check the fleet's gateways' settings before anything changes"
+    ran_on_fleet = [task["task"]["name"] for play in run.out["plays"] for task in play["tasks"] if "gpu-a" in task["hosts"]]
+    assert ran_on_fleet == [], ran_on_fleet
+    assert run.stats("lb-a")["changed"] == 0 and "gpu-a" not in run.out["stats"]
 
 
 def gateway_checks(fleet_hosts):
     """A gateway's run in check mode, up to its checks of the fleet hosts' variables: that task's
     result per fleet host (the tasks after it may fail on this controller; they are not asked)."""
-    run = run_playbook(GATEWAY, "--check", extra_vars={
-        "vllm_server_served_model_name": "kimi-k2.5", "vllm_server_api_key": "k1", "fleet_hosts": fleet_hosts},
+    run = run_playbook(GATEWAY, "--check", extra_vars=dict(GATEWAY_TLS, **{
+        "vllm_server_served_model_name": "kimi-k2.5", "vllm_server_api_key": "k1", "fleet_hosts": fleet_hosts}),
         timeout=300)
     tasks = [task for play in run.out["plays"] for task in play["tasks"]]
     checks = [task for task in tasks if task["task"]["name"].endswith(HOST_CHECK)]
@@ -149,3 +240,27 @@ def test_a_check_model_that_is_not_a_name_is_refused_naming_the_filter(tmp_path)
     assert run.rc != 0
     assert "fleet.vllm.probe_body: the probe's model (the served model name) must be a non-empty string" in run.stdout
     assert not (tmp_path / "haproxy.cfg").exists()
+
+
+EXAMPLE_CHECK = ROOT / "tests" / "integration" / "playbooks" / "vllm_gateway_check.yml"
+
+
+@pytest.mark.parametrize("variables, refused", [
+    ({}, False),
+    # What the example held before issue 24 point 8: no certificate, no CA.
+    ({"vllm_gateway_tls_certificate": "", "vllm_gateway_backend_ca_file": ""}, True),
+])
+def test_the_example_inventory_speaks_tls_on_every_hop(variables, refused):
+    """inventories/example is what operators copy: its front doors and its gateway pass the checks with
+    TLS on every hop, and the same inventory without its certificate and CA is refused on every host."""
+    run = run_playbook(EXAMPLE_CHECK, "-i", ROOT / "inventories" / "example", "--check",
+                       extra_vars=dict({"vault_vllm_server_api_key": "k1-example"}, **variables), timeout=300)
+    hosts = ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04", "lb-01"]
+    results = {host: dict(run.task_list(host)).get(CHECK) for host in hosts}
+    assert all(result is not None for result in results.values()), run.stdout[-3000:]
+    for host, result in results.items():
+        assert bool(result.get("failed")) == refused, (host, result.get("msg"))
+        if refused:
+            assert PLAIN_LISTENER in result["msg"], result["msg"]
+            assert (PLAIN_BACKENDS in result["msg"]) == (host == "lb-01"), result["msg"]
+    assert (run.rc != 0) == refused

@@ -112,8 +112,11 @@ def pipeline(node, steps):
     import/include_role tasks, walked in document order (blocks included). A role run with
     `tasks_from: X` is the step X (`served`), otherwise (and for its `stage`) the role's name
     without `vllm_`. The rolling play (playbooks/roll.yml, imported) switches and restarts what
-    was staged, in the same order."""
+    was staged, in the same order. A check alone (`tasks_from: check`) is no step."""
     for role, tasks_from in role_calls(node):
+        # The gateways' checks before the first play (tasks_from: check) change nothing: no step.
+        if tasks_from == "check":
+            continue
         # A role's staging half (`tasks_from: stage`) is the role's step.
         steps.append(tasks_from if tasks_from not in (None, "main", "stage") else role.replace("vllm_", "", 1))
     return steps

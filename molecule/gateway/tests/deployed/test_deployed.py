@@ -1,8 +1,12 @@
 """After deploy.yml and its rerun: vLLM on loopback behind a front door that asks for the key on
-every path, a gateway that balances across the front doors, and a rerun that reloaded nothing."""
+every path, a gateway that balances across the front doors, and a rerun that reloaded nothing.
+TLS on every network hop (issue 24, point 8; converge.yml): the front doors and the gateway answer
+TLS only, the gateway's checks and requests reach the front doors over TLS with each one's name
+verified, and a client's completion through the gateway verifies the gateway's certificate."""
 
 import json
 import os
+import time
 
 import fleet_hosts as fleet
 import gateway_hosts as gw
@@ -60,8 +64,9 @@ def test_with_the_key_the_gateway_serves_and_forwards_only_the_allowed_paths():
     assert chat[0] == 200 and json.loads(chat[1])["choices"][0]["message"]["content"]
     assert invocations[0] == 404 and metrics[0] == 404, (invocations, metrics)
     assert wrong[0] == 401
-    # Through the gateway's port published on this machine's loopback too.
-    base = "http://" + fleet.published(lb)
+    # Through the gateway's port published on this machine's loopback too, over TLS (the scenario's CA).
+    base = fleet.frontdoor_base(lb)
+    assert base.startswith("https://"), base
     status, text = fleet.chat(base, key, fleet.served_name())
     assert status == 200, text
 
@@ -73,3 +78,57 @@ def test_the_gateway_balances_across_every_front_door_and_checks_them_up():
     for name, r in servers.items():
         assert r["status"] == "UP", (name, r["status"], r["check_status"], r["last_chk"])
         assert r["check_status"] == "L7OK", (name, r["check_status"])
+
+
+# ---- TLS on every network hop (issue 24, point 8) ------------------------------------------------
+
+
+def test_the_front_doors_and_the_gateway_listen_with_tls_and_the_gateway_verifies_each_front_doors_name():
+    for name in fleet.instances() + [gw.gateway()]:
+        config = gw.exec_in(name, ["cat", gw.CONFIG])
+        binds = [line.strip() for line in config.splitlines() if line.strip().startswith("bind ")]
+        assert binds == ["bind *:8080 ssl crt /etc/haproxy/tls/host.pem"], (name, binds)
+    config = gw.exec_in(gw.gateway(), ["cat", gw.CONFIG])
+    assert "ssl verify required ca-file %s" % gw.CA_FILE in config
+    servers = [line.split() for line in config.splitlines() if line.strip().startswith("server ")]
+    assert sorted(words[1] for words in servers) == fleet.instances()
+    for words in servers:
+        assert words[3:] == ["sni", "str(%s)" % words[1], "check-sni", words[1], "verifyhost", words[1]], words
+    # HAProxy's own view: every server of the backend uses TLS (show servers state: srv_use_ssl).
+    state = gw.runtime(gw.gateway(), "show servers state %s" % gw.BACKEND).splitlines()
+    columns = state[1].lstrip("# ").split()
+    rows = [dict(zip(columns, line.split())) for line in state[2:] if line.strip() and not line.startswith("#")]
+    assert sorted(r["srv_name"] for r in rows) == fleet.instances()
+    assert all(r["srv_use_ssl"] == "1" for r in rows), rows
+
+
+def test_no_plain_http_is_answered_on_the_network():
+    """A client with the key that speaks plain HTTP to a front door or to the gateway gets no answer
+    (the TLS listener takes no plain request): the key it sent is never served in clear."""
+    lb, key = gw.gateway(), fleet.api_key()
+    asks = [(name, fleet.FRONTDOOR_PORT, "GET", "/v1/models", key, "") for name in fleet.instances()]
+    asks.append(("127.0.0.1", 8080, "GET", "/v1/models", key, ""))
+    for ask, (status, text) in zip(asks, gw.requests_from(lb, asks, tls=False)):
+        assert status in (0, 400), (ask, status, text)  # no HTTP answer, or HAProxy's 400 to a non-TLS hello
+        assert fleet.served_name() not in text, (ask, text)
+    # On a fleet host the only TCP listener on the network, besides the peers' rsync socket (a socket
+    # unit: systemd listens, vllm_weights), is the front door's TLS port; vLLM is on loopback.
+    for name in fleet.instances():
+        listeners = gw.exec_in(name, ["ss", "-Htlnp"]).splitlines()
+        network = sorted(line.split()[3] for line in listeners
+                         if not line.split()[3].startswith(("127.", "[::1]")) and 'users:(("systemd"' not in line)
+        assert network == ["0.0.0.0:%d" % fleet.FRONTDOOR_PORT], (name, listeners)
+
+
+def test_the_gateways_checks_reach_the_front_doors_over_tls():
+    """With no client traffic, each front door's count of TLS connections (show info: CumSslConns)
+    grows by the gateway's checks (two connections per check, every vllm_gateway_check_interval s),
+    and the gateway finds them up: the checks, which carry the key, go over TLS."""
+    before = {name: int(gw.info(name)["CumSslConns"]) for name in fleet.instances()}
+    time.sleep(gw.CHECK_INTERVAL * 2 + 1)
+    after = {name: int(gw.info(name)["CumSslConns"]) for name in fleet.instances()}
+    for name in fleet.instances():
+        assert after[name] - before[name] >= 2, (name, before, after)
+    rows = gw.stat(gw.gateway())
+    for name in fleet.instances():
+        assert gw.row(rows, gw.BACKEND, name)["check_status"] == "L7OK"
