@@ -70,6 +70,33 @@ def fix_attributes(module, path, st, uid, gid, mode):
     return changed
 
 
+# The mode of the missing parents the collection creates (root's): what `mkdir -p` gives under the
+# usual umask 022. os.makedirs(path, 0o755) gives 0750 under a CIS umask of 027 (mkdir(2) applies the
+# umask), and the service user or the peers' rsync daemon cannot get through (docs/evidence.md section 12).
+PARENT_MODE = 0o755
+
+
+def make_parents(path):
+    """Create the missing directories above ``path``, each mode 0755 (owner root, as this runs) whatever the
+    umask; the ones created, top first. Existing directories are left as they are."""
+    missing = []
+    parent = os.path.dirname(os.path.normpath(path))
+    while parent and parent != os.path.dirname(parent) and not os.path.isdir(parent):
+        missing.append(parent)
+        parent = os.path.dirname(parent)
+    created = []
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, 0o700)
+        except FileExistsError:
+            if os.path.isdir(directory):
+                continue  # made by someone else meanwhile: theirs, left as it is
+            raise
+        os.chmod(directory, PARENT_MODE)
+        created.append(directory)
+    return created
+
+
 def ensure_directory(module, item):
     path = item["path"]
     mode = octal(item["mode"], path)
@@ -78,9 +105,7 @@ def ensure_directory(module, item):
         st = os.lstat(path)
     except FileNotFoundError:
         if not module.check_mode:
-            parent = os.path.dirname(path)
-            if parent and not os.path.isdir(parent):
-                os.makedirs(parent, 0o755)
+            make_parents(path)
             os.mkdir(path, 0o700)
             os.chown(path, uid, gid)
             os.chmod(path, mode)
