@@ -1,0 +1,124 @@
+"""Issue 24, point 9: the roles under a CIS umask (027), run by ansible-playbook on this machine (connection local,
+so the modules run with that umask as they would on a host whose root has it), into directories whose parents do not
+exist yet. Then an unprivileged account (nobody, standing in for the service user and the peers' transient rsync
+user: other accounts, in none of root's groups) runs the venv's Python and reads the served model, as the service
+does. Before the fix python -m venv and pip made the venv 0750/0640 and os.makedirs the missing parents 0750.
+The modules' own tests: tests/unit/plugins/modules/test_vllm_venv.py, test_managed_files.py."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import NOBODY, ROOT, run_playbook, shared_tmpdir, unreadable_reason
+
+pytestmark = [pytest.mark.integration]
+
+CIS_UMASK = 0o027
+REPO = "nvidia/Kimi-K2.5-NVFP4"
+# The base interpreter of the venv: nobody must be able to run it too (a pyenv Python under /root is not).
+BASE_PYTHON = "/usr/bin/python3"
+
+if os.geteuid() != 0 or not shutil.which("setpriv") or not os.access(BASE_PYTHON, os.X_OK):
+    pytest.skip("needs root (an unprivileged account reads what the roles wrote), setpriv and %s" % BASE_PYTHON,
+                allow_module_level=True)
+
+
+def as_nobody(argv):
+    """argv run as nobody (no groups), as the service user runs what the roles installed."""
+    return subprocess.run([shutil.which("setpriv"), "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY, "--clear-groups",
+                           "--"] + [str(a) for a in argv], capture_output=True, text=True, timeout=120, check=False,
+                          cwd="/")
+
+
+@pytest.fixture
+def shared():
+    """Where the roles write: a directory every account can enter, as / is on a host."""
+    path = shared_tmpdir("fleet-vllm-umask-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_the_runtime_role_under_umask_027_leaves_a_venv_the_service_user_can_run(shared, tmp_path):
+    from test_vllm_runtime_role import build_vllm_wheel  # pylint: disable=import-outside-toplevel
+
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    build_vllm_wheel(wheelhouse, "0.16.0")
+    base = shared / "opt" / "vllm"  # opt/ is missing: the module creates it
+    run = run_playbook(ROOT / "tests" / "integration" / "playbooks" / "vllm_runtime.yml", extra_vars={
+        "fleet_vllm_runtime_dir": str(base), "vllm_runtime_source": "wheelhouse", "vllm_runtime_installer": "pip",
+        "vllm_runtime_version": "0.16.0", "vllm_runtime_wheelhouse": str(wheelhouse), "vllm_runtime_python": BASE_PYTHON,
+    }, umask=CIS_UMASK, timeout=300)
+    assert run.rc == 0, run.stdout[-3000:]
+    python = base / "current" / "bin" / "python"
+    ran = as_nobody([python, "-I", "-c", "import vllm; print(vllm.__version__)"])
+    assert ran.returncode == 0 and ran.stdout.strip() == "0.16.0", (ran.stderr, unreadable_reason(python))
+    assert (shared / "opt").stat().st_mode & 0o777 == 0o755
+    again = run_playbook(ROOT / "tests" / "integration" / "playbooks" / "vllm_runtime.yml", extra_vars={
+        "fleet_vllm_runtime_dir": str(base), "vllm_runtime_source": "wheelhouse", "vllm_runtime_installer": "pip",
+        "vllm_runtime_version": "0.16.0", "vllm_runtime_wheelhouse": str(wheelhouse), "vllm_runtime_python": BASE_PYTHON,
+    }, umask=CIS_UMASK, timeout=300)
+    assert again.rc == 0 and again.stats()["changed"] == 0, again.stdout[-3000:]
+
+
+@pytest.fixture(scope="module")
+def hub_wheels():
+    """huggingface_hub and its dependencies as wheels, the cache test_vllm_weights_role.py fills."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fleet-vllm" / "wheels-hub-2.4.0"
+    if not any(cache.glob("huggingface_hub-2.4.0-*.whl")):
+        cache.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+                        "--dest", str(cache), "huggingface_hub==2.4.0"], check=True, timeout=600)
+    return cache
+
+
+def test_the_weights_role_under_umask_027_serves_a_model_the_service_user_can_read(shared, tmp_path, hub_wheels):
+    """The whole role as deploy.yml runs it (its downloader venv, the snapshot from a hub, the served directory) into
+    /srv/vllm/models and /var/lib/fleet-vllm that do not exist yet."""
+    from tests.hub.fakehub import FakeHub  # pylint: disable=import-outside-toplevel
+    from tests.hub.synthetic_repo import make_repo  # pylint: disable=import-outside-toplevel
+
+    repo = tmp_path / "repo"
+    make_repo(repo, shards=2, shard_bytes=200_000)
+    hub = FakeHub().start()
+    try:
+        commit = hub.add_repo(REPO, str(repo))
+        root = shared / "srv" / "vllm" / "models"
+        inventory = tmp_path / "hosts.yml"
+        inventory.write_text(yaml.safe_dump({"all": {"children": {"vllm_servers": {"hosts": {"node1": dict(
+            ansible_connection="local", ansible_python_interpreter=sys.executable,
+            fleet_vllm_models_root=str(root), fleet_vllm_hub_endpoint=hub.url, vllm_weights_source="hub",
+            vllm_weights_state_dir=str(shared / "var" / "lib" / "fleet-vllm" / "weights"),
+            vllm_weights_hub_venv=str(shared / "opt" / "fleet-vllm" / "hub"), vllm_weights_hub_python=BASE_PYTHON,
+            vllm_weights_pip_extra_args=["--no-index", "--find-links", str(hub_wheels)],
+            vllm_weights_retry_delay=1, fleet_vllm_model_revision=commit)}}}}}))
+        started = time.monotonic()
+        run = run_playbook(ROOT / "tests" / "integration" / "playbooks" / "vllm_weights.yml", "-i", inventory,
+                           umask=CIS_UMASK, timeout=600)
+        assert run.rc == 0, run.stdout[-4000:]
+        served = root / "served" / REPO.replace("/", "--") / "variants" / commit[:12]
+        shard = served / "model-00001-of-00002.safetensors"
+        assert shard.is_symlink()
+        for path in (served / "config.json", shard):
+            assert unreadable_reason(path) is None, unreadable_reason(path)
+        read = as_nobody(["/usr/bin/cat", served / "config.json"])
+        assert read.returncode == 0 and read.stdout == (repo / "config.json").read_text(), read.stderr
+        # wc reads every byte of the shard, through the served link into the snapshot.
+        size = as_nobody(["/usr/bin/wc", "-c", shard])
+        assert size.returncode == 0 and int(size.stdout.split()[0]) == (repo / shard.name).stat().st_size, size.stderr
+        for parent in (shared / "srv", shared / "srv" / "vllm", root):
+            assert parent.stat().st_mode & 0o777 == 0o755, parent
+        again = run_playbook(ROOT / "tests" / "integration" / "playbooks" / "vllm_weights.yml", "-i", inventory,
+                             umask=CIS_UMASK, timeout=600)
+        assert again.rc == 0 and again.stats("node1")["changed"] == 0, again.stdout[-3000:]
+        assert time.monotonic() - started < 300
+    finally:
+        hub.stop()
