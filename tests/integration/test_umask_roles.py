@@ -122,3 +122,85 @@ def test_the_weights_role_under_umask_027_serves_a_model_the_service_user_can_re
         assert time.monotonic() - started < 300
     finally:
         hub.stop()
+
+
+def test_the_server_role_refuses_a_closed_directory_it_did_not_create_before_anything_changes(shared):
+    """An operator's /opt made 0750 under the CIS umask: the service user (created later, so in no group) could not
+    run its Python. The role stops at its look, naming the directory, its mode and owner; nothing changes, no
+    account is made, and the directory keeps its mode."""
+    from conftest import FIXTURES  # pylint: disable=import-outside-toplevel
+
+    opt = shared / "opt"
+    python = opt / "vllm" / "venvs" / "pypi-0.16.0" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.symlink_to(BASE_PYTHON)
+    os.chmod(opt, 0o750)
+    user = "fleet-vllm-test-never"
+    run = run_playbook(ROOT / "tests" / "integration" / "playbooks" / "vllm_server.yml", extra_vars={
+        "fleet_vllm_python": str(python), "fleet_vllm_served_model_path": str(shared / "srv" / "served" / "kimi"),
+        "fleet_vllm_pristine_dir": str(shared / "srv" / "pristine"), "vllm_server_user": user,
+        "vllm_server_env_dir": "/nonexistent-fleet-vllm/etc", "fleet_vllm_state_dir": "/nonexistent-fleet-vllm/state",
+    }, path=[FIXTURES / "bin"], env={"FLEET_VLLM_FAKE_GPUS": "rtx-pro-6000-x8"}, umask=CIS_UMASK, timeout=300)
+    assert run.rc != 0 and run.stats()["changed"] == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    failed = [(name, r) for name, r in run.task_list() if r.get("failed")]
+    assert failed and failed[0][0] == "Fail when the service user could not reach its Python or the model", [
+        (name, sorted(r)) for name, r in run.task_list()][-3:]
+    msg = failed[0][1]["msg"]
+    assert "%s (mode 0750, owner root:root) does not let %s through to %s" % (opt, user, python) in msg, msg
+    assert "fleet_vllm_runtime_dir" in msg and "Nothing was changed" in msg
+    assert opt.stat().st_mode & 0o777 == 0o750 and not Path("/nonexistent-fleet-vllm").exists()
+    with pytest.raises(KeyError):
+        __import__("pwd").getpwnam(user)
+
+
+SYSTEMCTL_SHOW = """#!/bin/sh
+# A stand-in for systemctl show (this machine's PID 1 is not systemd): every unit asked for is not loaded. Anything
+# else fails, so that a role that goes on to start a unit stops there.
+[ "$1" = show ] || { echo "stand-in systemctl: only show" >&2; exit 1; }
+for arg; do
+  case "$arg" in
+    show|--*) ;;
+    *) printf 'Id=%s\\nLoadState=not-found\\nActiveState=inactive\\nUnitFileState=\\n\\n' "$arg" ;;
+  esac
+done
+"""
+
+
+def test_the_weights_role_refuses_a_closed_libexec_before_a_copier_waits_for_its_gate(shared, tmp_path):
+    """/usr/local/libexec made 0750 by someone else under the CIS umask: the peers' daemon (a transient user) could not
+    run the handshake gate, and copiers took the closed connections for a busy peer for vllm_weights_peer_wait (an
+    hour). The serving host's role stops at its look, naming it; nothing is written."""
+    libexec = shared / "usr" / "local" / "libexec"
+    libexec.mkdir(parents=True)
+    os.chmod(libexec, 0o750)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text(SYSTEMCTL_SHOW)
+    os.chmod(bin_dir / "systemctl", 0o755)
+    gate = libexec / "fleet-vllm" / "rsync-handshake-gate"
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"vllm_servers": {"hosts": {"node1": dict(
+        ansible_connection="local", ansible_python_interpreter=sys.executable,
+        fleet_vllm_models_root=str(shared / "srv" / "vllm" / "models"), fleet_vllm_hub_endpoint="http://127.0.0.1:9",
+        fleet_vllm_model_revision="0123456789abcdef0123456789abcdef01234567", vllm_weights_source="peer",
+        vllm_weights_peer_networks=["127.0.0.0/8"], vllm_weights_peer_address="127.0.0.1",
+        # What vllm_preflight read in deploy.yml (the daemon's files are rendered from it before the look).
+        vllm_preflight_interfaces={"lo": {"device": "lo", "ipv4": {"address": "127.0.0.1", "prefix": "8"},
+                                          "ipv4_secondaries": [], "ipv6": []}},
+        vllm_weights_state_dir=str(shared / "state"), vllm_weights_hub_venv=str(shared / "hub"),
+        vllm_weights_pip_extra_args=["--no-index"])}}}}}))
+    run = run_playbook(ROOT / "tests" / "integration" / "playbooks" / "vllm_weights.yml", "-i", inventory, extra_vars={
+        # The daemon's files where this test can look (role constants; the extra vars outrank them).
+        "__vllm_weights_rsync_gate": str(gate),
+        "__vllm_weights_rsyncd_config": str(shared / "etc" / "fleet-vllm" / "rsyncd.conf"),
+        "__vllm_weights_rsyncd_socket": str(shared / "systemd" / "fleet-vllm-rsyncd.socket"),
+        "__vllm_weights_rsyncd_service": str(shared / "systemd" / "fleet-vllm-rsyncd@.service"),
+    }, path=[bin_dir], umask=CIS_UMASK, timeout=300)
+    assert run.rc != 0 and run.stats("node1")["changed"] == 0, run.stdout[-3000:]
+    failed = [(name, r) for name, r in run.task_list("node1") if r.get("failed")]
+    assert failed and failed[0][0] == "Fail when the peers' rsync daemon could not reach the snapshots or its gate", [
+        r.get("msg") for name, r in failed]
+    msg = failed[0][1]["msg"]
+    assert "%s (mode 0750, owner root:root) does not let other accounts through to %s" % (libexec, gate) in msg, msg
+    assert libexec.stat().st_mode & 0o777 == 0o750
+    assert sorted(p.name for p in shared.iterdir()) == ["usr"]
