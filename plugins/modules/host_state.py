@@ -398,6 +398,7 @@ def main():
         differ = out_of_place(p["directories"], p["files"])
     except (Failure, OSError) as exc:
         module.fail_json(msg=to_native(exc))
+    reach = [(item, closed_on_the_way(item["path"], item["user"])) for item in p["reachable"]]
     module.exit_json(
         changed=False,
         paths={path: path_state(path) for path in p["paths"]},
@@ -408,8 +409,7 @@ def main():
         interfaces=interfaces(module) if p["interfaces"] else {},
         units=units(module, p["units"]),
         out_of_place=differ,
-        out_of_reach=[dict(item, blocked=blocked) for item, blocked in
-                     ((item, closed_on_the_way(item["path"], item["user"])) for item in p["reachable"]) if blocked],
+        out_of_reach=[dict(item, blocked=blocked) for item, blocked in reach if blocked],
         fingerprint=fingerprint(module, p["fingerprint"]),
     )
 

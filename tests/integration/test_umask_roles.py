@@ -8,6 +8,7 @@ The modules' own tests: tests/unit/plugins/modules/test_vllm_venv.py, test_manag
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import NOBODY, ROOT, run_playbook, shared_tmpdir, unreadable_reason
+from conftest import FIXTURES, NOBODY, ROOT, run_playbook, shared_tmpdir, unreadable_reason
 
 pytestmark = [pytest.mark.integration]
 
@@ -128,8 +129,6 @@ def test_the_server_role_refuses_a_closed_directory_it_did_not_create_before_any
     """An operator's /opt made 0750 under the CIS umask: the service user (created later, so in no group) could not
     run its Python. The role stops at its look, naming the directory, its mode and owner; nothing changes, no
     account is made, and the directory keeps its mode."""
-    from conftest import FIXTURES  # pylint: disable=import-outside-toplevel
-
     opt = shared / "opt"
     python = opt / "vllm" / "venvs" / "pypi-0.16.0" / "bin" / "python"
     python.parent.mkdir(parents=True)
@@ -150,7 +149,7 @@ def test_the_server_role_refuses_a_closed_directory_it_did_not_create_before_any
     assert "fleet_vllm_runtime_dir" in msg and "Nothing was changed" in msg
     assert opt.stat().st_mode & 0o777 == 0o750 and not Path("/nonexistent-fleet-vllm").exists()
     with pytest.raises(KeyError):
-        __import__("pwd").getpwnam(user)
+        pwd.getpwnam(user)
 
 
 SYSTEMCTL_SHOW = """#!/bin/sh
