@@ -72,11 +72,11 @@ options:
   reachable:
     description:
       - Paths another account must reach (the service user its venv and served model, the peers' rsync daemon the
-        snapshots and its gate); RV(out_of_reach) lists those it cannot, with the first entry in the way. Each
+        snapshots and its gate). RV(out_of_reach) lists those it cannot, with the first entry in the way. Each
         directory above the path must let the account through (x) and the path itself be readable (r, and x for a
         directory), along the path as given and along the one its links resolve to. Only what exists is looked at.
       - Judged from the mode bits, the owner and the groups of the account (V(null) O(reachable[].user), or an
-        account that does not exist yet, is in none of the groups: the "other" bits decide, as for a unit's
+        account that does not exist yet, is in none of the groups, so the "other" bits decide, as for a unit's
         C(DynamicUser=)); an entry with a POSIX ACL is taken as passable.
     type: list
     elements: dict

@@ -26,7 +26,7 @@ description:
   - The marker, holding the pin, the version found, the installer and the command, is written only
     after that check passed, so a venv without a marker is never taken as installed.
   - Before the marker, every entry of the venv gets O(owner), O(group) and mode 0755 (directories and
-    executables) or 0644 (other files), whatever the umask the module ran with: C(python -m venv), pip and uv
+    executables) or 0644 (other files), whatever the umask the module ran with. C(python -m venv), pip and uv
     create files with the umask (0750 and 0640 under a CIS umask of 027, closed to the service user), and uv
     hardlinks files from its cache as they were unpacked there. A venv that is installed already is looked at
     in a few places (the venv, C(bin), C(lib), site-packages, the C(vllm) package) and, when one of them is
