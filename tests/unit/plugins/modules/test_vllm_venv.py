@@ -335,7 +335,7 @@ def test_a_real_install_under_a_cis_umask_leaves_the_venv_and_its_new_parents_op
     assert operator.stat().st_mode & 0o7777 == 0o750
     if installer == "uv":
         # The premise: uv hardlinked the package from its cache, made under the umask (so 0640 there before).
-        init = [p for p in venv.rglob("vllm/__init__.py")][0]
+        init = list(venv.rglob("vllm/__init__.py"))[0]
         assert init.stat().st_nlink > 1
     again = run_module("vllm_venv", args, env=env, umask=CIS_UMASK)
     assert not again.failed and again.result["changed"] is False and again.result["cmd"] == [], again
