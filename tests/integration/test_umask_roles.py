@@ -203,3 +203,51 @@ def test_the_weights_role_refuses_a_closed_libexec_before_a_copier_waits_for_its
     assert "%s (mode 0750, owner root:root) does not let other accounts through to %s" % (libexec, gate) in msg, msg
     assert libexec.stat().st_mode & 0o777 == 0o750
     assert sorted(p.name for p in shared.iterdir()) == ["usr"]
+
+
+def test_the_weights_role_under_umask_027_writes_a_gate_the_peers_daemon_can_run(shared, tmp_path, hub_wheels):
+    """A serving host's role under umask 027 with /usr/local/libexec missing: it creates it, writes the handshake gate,
+    and then stops where it starts the socket unit (no systemd here: the stand-in systemctl answers only show). The
+    gate is then run as nobody, as the daemon's transient user runs it, on a real TCP connection that sends an rsync
+    greeting: it passes the connection on to the program named (here echo). Before the fix libexec came out 0750 and
+    the gate could not be opened: the connection closed without an answer, which copiers took for a busy peer."""
+    import socket  # pylint: disable=import-outside-toplevel
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text(SYSTEMCTL_SHOW)
+    os.chmod(bin_dir / "systemctl", 0o755)
+    (shared / "usr" / "local").mkdir(parents=True)
+    (shared / "systemd").mkdir()  # /etc/systemd/system, which exists on a host
+    gate = shared / "usr" / "local" / "libexec" / "fleet-vllm" / "rsync-handshake-gate"
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"vllm_servers": {"hosts": {"node1": dict(
+        ansible_connection="local", ansible_python_interpreter=sys.executable,
+        fleet_vllm_models_root=str(shared / "srv" / "vllm" / "models"), fleet_vllm_hub_endpoint="http://127.0.0.1:9",
+        fleet_vllm_model_revision="0123456789abcdef0123456789abcdef01234567", vllm_weights_source="peer",
+        vllm_weights_peer_networks=["127.0.0.0/8"], vllm_weights_peer_address="127.0.0.1",
+        vllm_preflight_interfaces={"lo": {"device": "lo", "ipv4": {"address": "127.0.0.1", "prefix": "8"},
+                                          "ipv4_secondaries": [], "ipv6": []}},
+        vllm_weights_state_dir=str(shared / "state"), vllm_weights_hub_venv=str(shared / "hub"),
+        vllm_weights_hub_python=BASE_PYTHON, vllm_weights_pip_extra_args=["--no-index", "--find-links", str(hub_wheels)])
+    }}}}}))
+    run = run_playbook(ROOT / "tests" / "integration" / "playbooks" / "vllm_weights.yml", "-i", inventory, extra_vars={
+        "__vllm_weights_rsync_gate": str(gate),
+        "__vllm_weights_rsyncd_config": str(shared / "etc" / "fleet-vllm" / "rsyncd.conf"),
+        "__vllm_weights_rsyncd_socket": str(shared / "systemd" / "fleet-vllm-rsyncd.socket"),
+        "__vllm_weights_rsyncd_service": str(shared / "systemd" / "fleet-vllm-rsyncd@.service"),
+    }, path=[bin_dir], umask=CIS_UMASK, timeout=300)
+    failed = [name for name, r in run.task_list("node1") if r.get("failed")]
+    assert failed == ["Listen for peers (socket activation; a connection starts one rsync)"], [
+        (name, r.get("msg")) for name, r in run.task_list("node1") if r.get("failed")]
+    assert (shared / "usr" / "local" / "libexec").stat().st_mode & 0o777 == 0o755
+    assert unreadable_reason(gate) is None and unreadable_reason(shared / "etc" / "fleet-vllm" / "rsyncd.conf") is None
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname())
+        conn, _address = server.accept()
+        with client, conn:
+            client.sendall(b"@RSYNCD: 31.0\n")
+            ran = subprocess.run([shutil.which("setpriv"), "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY, "--clear-groups",
+                                  "--", BASE_PYTHON, "-I", str(gate), "10", "/bin/echo", "gate passed"], stdin=conn,
+                                 capture_output=True, text=True, timeout=60, check=False, cwd="/")
+    assert ran.returncode == 0 and ran.stdout == "gate passed\n", (ran.returncode, ran.stderr)
