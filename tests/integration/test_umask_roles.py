@@ -134,11 +134,11 @@ def test_the_server_role_refuses_a_closed_directory_it_did_not_create_before_any
     python.parent.mkdir(parents=True)
     python.symlink_to(BASE_PYTHON)
     os.chmod(opt, 0o750)
-    user = "fleet-vllm-test-never"
+    user = "fleet-vllm-umask-never"
     run = run_playbook(ROOT / "tests" / "integration" / "playbooks" / "vllm_server.yml", extra_vars={
         "fleet_vllm_python": str(python), "fleet_vllm_served_model_path": str(shared / "srv" / "served" / "kimi"),
         "fleet_vllm_pristine_dir": str(shared / "srv" / "pristine"), "vllm_server_user": user,
-        "vllm_server_env_dir": "/nonexistent-fleet-vllm/etc", "fleet_vllm_state_dir": "/nonexistent-fleet-vllm/state",
+        "vllm_server_env_dir": str(shared / "etc" / "fleet-vllm"), "fleet_vllm_state_dir": str(shared / "var" / "fleet-vllm"),
     }, path=[FIXTURES / "bin"], env={"FLEET_VLLM_FAKE_GPUS": "rtx-pro-6000-x8"}, umask=CIS_UMASK, timeout=300)
     assert run.rc != 0 and run.stats()["changed"] == 0, run.stdout[-3000:] + run.stderr[-3000:]
     failed = [(name, r) for name, r in run.task_list() if r.get("failed")]
@@ -147,7 +147,7 @@ def test_the_server_role_refuses_a_closed_directory_it_did_not_create_before_any
     msg = failed[0][1]["msg"]
     assert "%s (mode 0750, owner root:root) does not let %s through to %s" % (opt, user, python) in msg, msg
     assert "fleet_vllm_runtime_dir" in msg and "Nothing was changed" in msg
-    assert opt.stat().st_mode & 0o777 == 0o750 and not Path("/nonexistent-fleet-vllm").exists()
+    assert opt.stat().st_mode & 0o777 == 0o750 and sorted(p.name for p in shared.iterdir()) == ["opt"]
     with pytest.raises(KeyError):
         pwd.getpwnam(user)
 
