@@ -201,13 +201,29 @@ def _demote(user):
     return _as_account(entry.pw_uid, entry.pw_gid)
 
 
+def _preexec(user=None, umask=None):
+    """A preexec_fn for a module or playbook run: the umask it runs with (a host's, such as CIS's 027), then the
+    account; None when neither is asked."""
+    if user is None and umask is None:
+        return None
+    demote = _demote(user) if user else None
+
+    def preexec():
+        if umask is not None:
+            os.umask(umask)
+        if demote:
+            demote()
+
+    return preexec
+
+
 @pytest.fixture
 def run_module(tmp_path_factory, request):
     """Run plugins/modules/NAME.py with ARGS: ``run_module(name, args, check=False, diff=False,
     user=None)``. ``user`` runs it as that account with the system Python, from a copy of the
-    code that account can read (tests of permission errors; needs root)."""
+    code that account can read (tests of permission errors; needs root); ``umask`` runs it with that umask."""
 
-    def run(name, args, check=False, diff=False, user=None, env=None):
+    def run(name, args, check=False, diff=False, user=None, env=None, umask=None):
         if user:
             payload = request.getfixturevalue("_unprivileged_payload")
             workdir = Path(tempfile.mkdtemp(prefix="fleet-vllm-run-"))
@@ -234,7 +250,7 @@ def run_module(tmp_path_factory, request):
             text=True,
             env=proc_env,
             cwd=str(workdir),
-            preexec_fn=_demote(user) if user else None,
+            preexec_fn=_preexec(user, umask),
             timeout=300,
             check=False,
         )
@@ -359,10 +375,11 @@ class PlaybookRun:
         }
 
 
-def run_playbook(playbook, *args, extra_vars=None, path=(), env=None, timeout=900):
+def run_playbook(playbook, *args, extra_vars=None, path=(), env=None, timeout=900, umask=None):
     """ansible-playbook PLAYBOOK ARGS from the checkout (its ansible.cfg resolves fleet.vllm),
     with the tooling of this Python's venv, ``path`` entries put first on PATH, ``env`` added
-    to the environment and ``extra_vars`` passed as one JSON -e."""
+    to the environment, ``extra_vars`` passed as one JSON -e, and ``umask`` (connection local: the
+    modules' too) when given."""
     proc_env = dict(
         os.environ,
         ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
@@ -376,5 +393,6 @@ def run_playbook(playbook, *args, extra_vars=None, path=(), env=None, timeout=90
     argv = [str(ANSIBLE_BIN / "ansible-playbook"), str(playbook), *[str(a) for a in args]]
     if extra_vars is not None:
         argv += ["-e", json.dumps(extra_vars)]
-    proc = subprocess.run(argv, cwd=ROOT, env=proc_env, capture_output=True, text=True, timeout=timeout, check=False)
+    proc = subprocess.run(argv, cwd=ROOT, env=proc_env, capture_output=True, text=True, timeout=timeout, check=False,
+                          preexec_fn=_preexec(umask=umask))
     return PlaybookRun(proc)

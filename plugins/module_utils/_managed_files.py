@@ -70,6 +70,33 @@ def fix_attributes(module, path, st, uid, gid, mode):
     return changed
 
 
+# The mode of the missing parents the collection creates (root's): what `mkdir -p` gives under the
+# usual umask 022. os.makedirs(path, 0o755) gives 0750 under a CIS umask of 027 (mkdir(2) applies the
+# umask), and the service user or the peers' rsync daemon cannot get through (docs/evidence.md section 12).
+PARENT_MODE = 0o755
+
+
+def make_parents(path):
+    """Create the missing directories above ``path``, each mode 0755 (owner root, as this runs) whatever the
+    umask; the ones created, top first. Existing directories are left as they are."""
+    missing = []
+    parent = os.path.dirname(os.path.normpath(path))
+    while parent and parent != os.path.dirname(parent) and not os.path.isdir(parent):
+        missing.append(parent)
+        parent = os.path.dirname(parent)
+    created = []
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, 0o700)
+        except FileExistsError:
+            if os.path.isdir(directory):
+                continue  # made by someone else meanwhile: theirs, left as it is
+            raise
+        os.chmod(directory, PARENT_MODE)
+        created.append(directory)
+    return created
+
+
 def ensure_directory(module, item):
     path = item["path"]
     mode = octal(item["mode"], path)
@@ -78,9 +105,7 @@ def ensure_directory(module, item):
         st = os.lstat(path)
     except FileNotFoundError:
         if not module.check_mode:
-            parent = os.path.dirname(path)
-            if parent and not os.path.isdir(parent):
-                os.makedirs(parent, 0o755)
+            make_parents(path)
             os.mkdir(path, 0o700)
             os.chown(path, uid, gid)
             os.chmod(path, mode)
@@ -154,3 +179,76 @@ def out_of_place(directories, files):
         if st is None or current != wanted_content(item) or not _attributes_in_place(st, item):
             found.append(item["path"])
     return found
+
+
+# What an account needs of an entry on the way to a path (x of each directory above it) and of the path itself.
+_NEEDS = dict(way=0o1, directory=0o5, file=0o4)
+
+
+def _passes(st, uid, gids, need):
+    """Whether the mode bits of ``st`` give the account (uid, gids; uid None: an account in none of the owner's
+    groups, as a unit's DynamicUser= is to root's files) the permission bits ``need`` (r=4, x=1)."""
+    mode = stat.S_IMODE(st.st_mode)
+    if uid == 0:
+        return True
+    if uid is not None and st.st_uid == uid:
+        bits = (mode >> 6) & 0o7
+    elif st.st_gid in gids:
+        bits = (mode >> 3) & 0o7
+    else:
+        bits = mode & 0o7
+    return bits & need == need
+
+
+def _has_acl(path):
+    try:
+        return "system.posix_acl_access" in os.listxattr(path, follow_symlinks=False)
+    except OSError:
+        return False
+
+
+def _account(user):
+    """(uid, gids) of the account named ``user``, or (None, ()) for an account in none of the groups (no name,
+    or an account a later task creates)."""
+    if not user:
+        return None, ()
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        return None, ()
+    gids = {entry.pw_gid} | {g.gr_gid for g in grp.getgrall() if user in g.gr_mem}
+    return entry.pw_uid, gids
+
+
+def closed_on_the_way(path, user=None):
+    """The first entry on the way to ``path`` that the account ``user`` cannot pass (x of each directory above, r of
+    a file, r and x of a directory), along the path as given and then along the path its links resolve to; None
+    when it can pass everywhere. Only what exists is looked at (what the collection creates later it creates open);
+    an entry with a POSIX ACL is taken as passable (its ACL may let the account through: not judged here). The
+    answer: {path, mode, owner, group}."""
+    uid, gids = _account(user)
+    seen = set()
+    for way in (os.path.normpath(path), os.path.realpath(path)):
+        parts = way.split(os.sep)
+        for index in range(2, len(parts) + 1):
+            entry = os.sep.join(parts[:index]) or os.sep
+            if entry in seen:
+                continue
+            seen.add(entry)
+            try:
+                st = os.stat(entry)
+            except OSError:
+                break  # missing (or a dangling link): nothing further on this way exists
+            last = index == len(parts)
+            need = _NEEDS["way"] if not last else _NEEDS["directory" if stat.S_ISDIR(st.st_mode) else "file"]
+            if not _passes(st, uid, gids, need) and not _has_acl(entry):
+                try:
+                    owner = pwd.getpwuid(st.st_uid).pw_name
+                except KeyError:
+                    owner = str(st.st_uid)
+                try:
+                    group = grp.getgrgid(st.st_gid).gr_name
+                except KeyError:
+                    group = str(st.st_gid)
+                return dict(path=entry, mode="%04o" % stat.S_IMODE(st.st_mode), owner=owner, group=group)
+    return None

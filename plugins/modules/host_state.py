@@ -69,6 +69,26 @@ options:
     type: list
     elements: str
     default: []
+  reachable:
+    description:
+      - Paths another account must reach (the service user its venv and served model, the peers' rsync daemon the
+        snapshots and its gate). RV(out_of_reach) lists those it cannot, with the first entry in the way. Each
+        directory above the path must let the account through (x) and the path itself be readable (r, and x for a
+        directory), along the path as given and along the one its links resolve to. Only what exists is looked at.
+      - Judged from the mode bits, the owner and the groups of the account (V(null) O(reachable[].user), or an
+        account that does not exist yet, is in none of the groups, so the "other" bits decide, as for a unit's
+        C(DynamicUser=)); an entry with a POSIX ACL is taken as passable.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: The path.
+        type: path
+        required: true
+      user:
+        description: The account; V(null) for any account in none of the groups.
+        type: str
   fingerprint:
     description:
       - The options of M(fleet.vllm.vllm_fingerprint) but O(fleet.vllm.vllm_fingerprint#module:record) - compare,
@@ -213,6 +233,15 @@ out_of_place:
   type: list
   elements: str
   sample: ["/etc/fleet-vllm/rsyncd.conf"]
+out_of_reach:
+  description:
+    - The items of O(reachable) whose account cannot reach the path, each with C(blocked), the first entry in the way
+      (C(path), C(mode), C(owner), C(group)); empty when every account can.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"path": "/srv/vllm/models/pristine/nvidia--Kimi-K2.5-NVFP4", "user": null,
+            "blocked": {"path": "/srv", "mode": "0750", "owner": "root", "group": "root"}}]
 fingerprint:
   description:
     - With O(fingerprint), M(fleet.vllm.vllm_fingerprint)'s return (C(digest), C(recorded_digest), C(matches),
@@ -238,6 +267,7 @@ from ansible_collections.fleet.vllm.plugins.module_utils._managed_files import (
     DIRECTORIES_SPEC,
     FILES_SPEC,
     Failure,
+    closed_on_the_way,
     out_of_place,
 )
 
@@ -358,6 +388,8 @@ def main():
             directories=DIRECTORIES_SPEC,
             files=FILES_SPEC,
             fingerprint=dict(type="dict", options=FINGERPRINT_OPTIONS),
+            reachable=dict(type="list", elements="dict", default=[], options=dict(
+                path=dict(type="path", required=True), user=dict(type="str"))),
         ),
         supports_check_mode=True,
     )
@@ -366,6 +398,7 @@ def main():
         differ = out_of_place(p["directories"], p["files"])
     except (Failure, OSError) as exc:
         module.fail_json(msg=to_native(exc))
+    reach = [(item, closed_on_the_way(item["path"], item["user"])) for item in p["reachable"]]
     module.exit_json(
         changed=False,
         paths={path: path_state(path) for path in p["paths"]},
@@ -376,6 +409,7 @@ def main():
         interfaces=interfaces(module) if p["interfaces"] else {},
         units=units(module, p["units"]),
         out_of_place=differ,
+        out_of_reach=[dict(item, blocked=blocked) for item, blocked in reach if blocked],
         fingerprint=fingerprint(module, p["fingerprint"]),
     )
 

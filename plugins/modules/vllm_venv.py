@@ -25,6 +25,12 @@ description:
     found.
   - The marker, holding the pin, the version found, the installer and the command, is written only
     after that check passed, so a venv without a marker is never taken as installed.
+  - Before the marker, every entry of the venv gets O(owner), O(group) and mode 0755 (directories and
+    executables) or 0644 (other files), whatever the umask the module ran with. C(python -m venv), pip and uv
+    create files with the umask (0750 and 0640 under a CIS umask of 027, closed to the service user), and uv
+    hardlinks files from its cache as they were unpacked there. A venv that is installed already is looked at
+    in a few places (the venv, C(bin), C(lib), site-packages, the C(vllm) package) and, when one of them is
+    not so, given these modes again (a change, no reinstall).
   - The module does not switch any C(current) link; see M(fleet.vllm.venv_link).
   - Credentials in a URL (O(index_url), O(nightly_index), an index in O(extra_args), such as
     C(https://user:password@mirror/simple), C(https://TOKEN@host), C(?token=...)) never reach the
@@ -46,14 +52,16 @@ extends_documentation_fragment: [fleet.vllm.attributes, fleet.vllm.attributes.ch
 options:
   venvs_dir:
     description:
-      - The directory holding one venv per pin. Created (mode 0755) when missing.
+      - The directory holding one venv per pin. Created (mode 0755, its missing parents too, whatever the umask) when
+        missing.
       - With O(base_dir), it is also given O(owner), O(group) and mode 0755 on every run, like O(base_dir).
     type: path
     required: true
   base_dir:
     description:
       - A directory above O(venvs_dir) (such as C(/opt/vllm) for C(/opt/vllm/venvs)), created when missing and
-        given O(owner), O(group) (default root) and mode 0755 on every run, O(venvs_dir) too; reported in
+        given O(owner), O(group) (default root) and mode 0755 on every run, O(venvs_dir) too (missing parents above
+        it are created root-owned 0755, whatever the umask; existing ones are left as they are); reported in
         RV(changed_directories). In the same module run as the install check, so that a rerun with nothing to do
         costs one module run on the host.
     type: path
@@ -275,6 +283,7 @@ import json
 import os
 import pwd
 import shutil
+import stat
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
@@ -285,7 +294,7 @@ from ansible_collections.fleet.vllm.plugins.module_utils._credentials import (
     mask_all,
     secrets_in,
 )
-from ansible_collections.fleet.vllm.plugins.module_utils._managed_files import Failure, ensure_directory
+from ansible_collections.fleet.vllm.plugins.module_utils._managed_files import Failure, ensure_directory, make_parents
 from ansible_collections.fleet.vllm.plugins.module_utils._vllm_runtime import (
     COMMIT_RE,
     OVERRIDES_FILE,
@@ -320,6 +329,20 @@ PROBE = (
     "print(json.dumps({'version': vllm.__version__, 'distribution_version': dist, 'provided_by': providers}))\n"
 )
 C_ENV = {"LC_ALL": "C", "LANG": "C"}
+
+
+def open_mode(st):
+    """The mode a venv entry gets whatever the umask it was made with (python -m venv, pip and uv honour it, and uv
+    hardlinks files from its cache as they were unpacked there): directories and executables 0755, files 0644.
+    Root owns the venv; the service user runs it as another account (docs/evidence.md section 12)."""
+    if stat.S_ISDIR(st.st_mode) or st.st_mode & 0o111:
+        return 0o755
+    return 0o644
+
+
+# What a venv made under a restrictive umask has closed, looked at on a run that installs nothing (a whole
+# walk of a vLLM venv, over 100 000 entries, costs seconds): relative to the venv, then the vllm package.
+SAMPLE = ("", "bin", "pyvenv.cfg", "lib")
 
 
 class Installer(object):
@@ -382,6 +405,32 @@ class Installer(object):
         if not os.access(self.python, os.X_OK):
             return None
         return data
+
+    def sample(self):
+        """The entries of the venv looked at on a run that installs nothing: the SAMPLE paths, lib/pythonX.Y,
+        its site-packages and the vllm package (bin/python is a link to the base interpreter)."""
+        paths = [os.path.join(self.path, rel) for rel in SAMPLE]
+        lib = os.path.join(self.path, "lib")
+        try:
+            versions = sorted(n for n in os.listdir(lib) if n.startswith("python"))
+        except OSError:
+            versions = []
+        for name in versions:
+            site = os.path.join(lib, name, "site-packages")
+            paths += [os.path.join(lib, name), site, os.path.join(site, "vllm"), os.path.join(site, "vllm", "__init__.py")]
+        return paths
+
+    def closed(self):
+        """The sampled entries whose mode is not the one open_mode gives (nothing missing is reported)."""
+        found = []
+        for path in self.sample():
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if not stat.S_ISLNK(st.st_mode) and stat.S_IMODE(st.st_mode) != open_mode(st):
+                found.append(path)
+        return found
 
     def validate(self):
         p = self.p
@@ -464,21 +513,29 @@ class Installer(object):
             return uv, ""
         return None, (err or out).strip()[-1000:]
 
-    def chown(self):
+    def settle(self, remove_on_error=True):
+        """Give every entry of the venv the owner and group asked for and its open_mode, whatever the umask the
+        installers ran with; the number of entries changed."""
         owner, group = self.p["owner"], self.p["group"]
-        if owner is None and group is None:
-            return
         try:
             uid = -1 if owner is None else (int(owner) if owner.isdigit() else pwd.getpwnam(owner).pw_uid)
             gid = -1 if group is None else (int(group) if group.isdigit() else grp.getgrnam(group).gr_gid)
         except KeyError as e:
-            self.remove()
+            if remove_on_error:
+                self.remove()
             self.fail("unknown owner or group (%s, %s): %s" % (owner, group, to_native(e)))
+        changed = 0
         for root, dirs, files in os.walk(self.path):
             for name in [root] + [os.path.join(root, n) for n in dirs + files]:
                 st = os.lstat(name)
                 if (uid != -1 and st.st_uid != uid) or (gid != -1 and st.st_gid != gid):
                     os.lchown(name, uid, gid)
+                    changed += 1
+                # The owner first: chown(2) clears set-id bits, and a link has no mode of its own.
+                if not stat.S_ISLNK(st.st_mode) and stat.S_IMODE(st.st_mode) != open_mode(st):
+                    os.chmod(name, open_mode(st))
+                    changed += 1
+        return changed
 
     def write_marker(self, data):
         fd, tmp = tempfile.mkstemp(prefix=".marker.", dir=self.path)
@@ -486,8 +543,9 @@ class Installer(object):
         with os.fdopen(fd, "w") as f:
             # World-readable: no credential of an index URL goes in.
             f.write(json.dumps(mask_all(data), indent=2, sort_keys=True) + "\n")
-        os.chmod(tmp, 0o644)
         self.module.atomic_move(tmp, self.marker)
+        # atomic_move gives a file it creates 0666 minus the umask (0640 under 027), whatever the temporary file had.
+        os.chmod(self.marker, 0o644)
 
     # --- the work ----------------------------------------------------------------------
 
@@ -519,6 +577,18 @@ class Installer(object):
             self.result.update(version=data["version"], installer=data.get("installer", ""))
             moved = (" (%s: owner, group or mode set)" % ", ".join(self.result["changed_directories"])
                      if self.result["changed_directories"] else "")
+            # A venv installed under a restrictive umask by an older release: opened, not reinstalled.
+            closed = self.closed()
+            if closed:
+                self.result["changed"] = True
+                if not self.module.check_mode:
+                    try:
+                        self.settle(remove_on_error=False)
+                    except OSError as e:
+                        self.fail("cannot set the modes of %s: %s" % (self.path, to_native(e)))
+                moved += "; %s %s closed to other accounts (umask), %s" % (
+                    ", ".join(closed), "was" if len(closed) == 1 else "were",
+                    "would open it" if self.module.check_mode else "opened it: directories and executables 0755, files 0644")
             self.exit("vLLM %s is installed in %s%s" % (data["version"], self.path, moved))
 
         self.result["changed"] = True
@@ -538,7 +608,9 @@ class Installer(object):
         try:
             self.remove()
             if not os.path.isdir(p["venvs_dir"]):
-                os.makedirs(p["venvs_dir"], 0o755)
+                make_parents(p["venvs_dir"])
+                os.mkdir(p["venvs_dir"], 0o700)
+                os.chmod(p["venvs_dir"], 0o755)
         except OSError as e:
             self.fail("cannot prepare %s: %s" % (self.path, to_native(e)))
 
@@ -596,10 +668,10 @@ class Installer(object):
                                                 self.result["expected"], " ".join(argv)),
                       found=dist_version)
         try:
-            self.chown()
+            self.settle()
         except OSError as e:
             self.remove()
-            self.fail("cannot set the owner of %s: %s" % (self.path, to_native(e)))
+            self.fail("cannot set the owner and modes of %s: %s" % (self.path, to_native(e)))
         self.result.update(version=found, distribution_version=dist_version)
         self.write_marker(dict(
             pin=self.pin, key=self.key, version=found, installer=installer, command=argv,
@@ -615,11 +687,11 @@ class Installer(object):
             self.module.add_cleanup_file(tmp)
             with os.fdopen(fd, "w") as f:
                 f.write(overrides_text(self.overrides))
-            os.chmod(tmp, 0o644)
         except OSError as e:
             self.remove()
             self.fail("cannot write %s: %s" % (self.overrides_file, to_native(e)))
         self.module.atomic_move(tmp, self.overrides_file)
+        os.chmod(self.overrides_file, 0o644)  # as the marker: atomic_move applies the umask to a file it creates
 
     def command(self, installer, uv):
         p = self.p

@@ -299,3 +299,63 @@ def test_out_of_place_refuses_what_managed_files_refuses(run_module, tmp_path):
     both = run_module("host_state", {"files": [{"path": str(tmp_path / "f"), "content": "x", "secret_content": "s3cret-value",
                                                 "mode": "0644"}]})
     assert both.failed and "mutually exclusive" in both.result["msg"]
+
+
+# Issue 24, point 9: what another account must reach (the service user its venv and model, the peers' transient rsync
+# user the snapshots and the gate), judged before anything changes; the first entry in the way is named.
+
+
+def _reach(run_module, items):
+    run = run_module("host_state", {"reachable": items})
+    assert not run.failed, run
+    return run.result["out_of_reach"]
+
+
+def test_reachable_names_the_first_directory_an_account_cannot_pass(run_module, world_tmp):
+    nobody = pwd.getpwuid(65534).pw_name if os.geteuid() == 0 else None
+    srv = world_tmp / "srv"
+    (srv / "vllm" / "models").mkdir(parents=True)
+    os.chmod(srv, 0o750)  # an operator's /srv made under a CIS umask: not the collection's to open
+    os.chmod(srv / "vllm", 0o700)
+    target = str(srv / "vllm" / "models" / "pristine" / "repo")  # not there yet: the way to it is what counts
+    blocked = {"path": str(srv), "mode": "0750", "owner": "root", "group": "root"}
+    assert _reach(run_module, [{"path": target}, {"path": target, "user": nobody}]) == [
+        {"path": target, "user": None, "blocked": blocked}, {"path": target, "user": nobody, "blocked": blocked}]
+    # An account that does not exist yet (the service user, created later) counts as in no group.
+    assert _reach(run_module, [{"path": target, "user": "fleet-vllm-test-never"}])[0]["blocked"] == blocked
+    os.chmod(srv, 0o751)
+    assert _reach(run_module, [{"path": target}])[0]["blocked"]["path"] == str(srv / "vllm")
+    os.chmod(srv / "vllm", 0o755)
+    assert _reach(run_module, [{"path": target}, {"path": str(world_tmp / "no" / "such")}]) == []
+
+
+def test_reachable_judges_owner_group_files_and_links(run_module, world_tmp):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (files owned by other accounts)")
+    nobody = pwd.getpwuid(65534)
+    group = grp.getgrgid(nobody.pw_gid).gr_name
+    own = world_tmp / "own"
+    own.mkdir(mode=0o700)
+    os.chown(own, nobody.pw_uid, nobody.pw_gid)  # the account's own directory, closed to others
+    by_group = world_tmp / "by-group"
+    by_group.mkdir()
+    os.chown(by_group, 0, nobody.pw_gid)
+    os.chmod(by_group, 0o750)
+    gate = world_tmp / "gate"
+    gate.write_text("x\n")
+    os.chmod(gate, 0o640)
+    closed = world_tmp / "closed"
+    (closed / "venv").mkdir(parents=True)
+    os.chmod(closed, 0o700)
+    link = world_tmp / "current"
+    link.symlink_to(closed / "venv")
+    found = _reach(run_module, [{"path": str(own / "x"), "user": nobody.pw_name}, {"path": str(own / "x")},
+                                {"path": str(by_group / "x"), "user": nobody.pw_name}, {"path": str(by_group / "x")},
+                                {"path": str(gate)}, {"path": str(link / "bin" / "python")}])
+    assert [(item["path"], item["blocked"]["path"], item["blocked"]["mode"]) for item in found] == [
+        (str(own / "x"), str(own), "0700"),
+        (str(by_group / "x"), str(by_group), "0750"),
+        (str(gate), str(gate), "0640"),
+        (str(link / "bin" / "python"), str(closed), "0700"),
+    ]
+    assert found[1]["blocked"]["group"] == group and found[0]["blocked"]["owner"] == nobody.pw_name

