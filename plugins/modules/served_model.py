@@ -125,26 +125,26 @@ class Failure(Exception):
     pass
 
 
+class NotComplete(Failure):
+    """The source is not a complete snapshot (yet): no manifest, or listed files that are not regular files there."""
+
+
 def source_files(source):
-    """(listed, unlisted): the files of the source's manifest - the hub's listing of the commit, the only files served
-    -, and what else the source holds (never served). Fails when there is no manifest, or a listed name is not a
-    regular file reached through real directories."""
+    """(listed, unlisted, absent): the files of the source's manifest - the hub's listing of the commit, the only files
+    served -, what else the source holds (never served), and the listed names that are not a regular file reached
+    through real directories there. Fails (NotComplete) when there is no manifest."""
     try:
         manifest = snap.read_manifest(source)
     except snap.SnapshotError as exc:
         raise Failure("source %s: %s" % (source, exc))
     if manifest is None:
-        raise Failure("source %s has no %s: it is not a snapshot fleet.vllm.hf_snapshot completed, and only the files "
+        raise NotComplete("source %s has no %s: it is not a snapshot fleet.vllm.hf_snapshot completed, and only the files "
                       "of the hub's listing are served; fetch it with fleet.vllm.hf_snapshot (fleet.vllm.vllm_weights)"
                       % (source, snap.MANIFEST_NAME))
     listed = [item["path"] for item in manifest["files"]]
     found = snap.scan(source)
-    bad = [rel for rel in listed if rel not in found[0]]
-    if bad:
-        raise Failure("source %s: %s listed but not a regular file there (absent, a link, or below a link): the served "
-                      "directory was left as it was; run fleet.vllm.hf_snapshot (fleet.vllm.vllm_weights) to complete the "
-                      "snapshot" % (source, ", ".join(snap.shown(rel) for rel in bad[:5])))
-    return listed, [snap.shown(entry["path"]) for entry in snap.unlisted_entries(source, manifest["files"], found)]
+    absent = [rel for rel in listed if rel not in found[0]]
+    return listed, [snap.shown(entry["path"]) for entry in snap.unlisted_entries(source, manifest["files"], found)], absent
 
 
 class ServedModel(object):
@@ -192,9 +192,17 @@ class ServedModel(object):
         patterns = self.module.params["copy_patterns"]
         record = self.read_record()
         wanted = {}
-        listed, self.unlisted = source_files(self.source)
+        listed, self.unlisted, absent = source_files(self.source)
+        if absent and not self.module.check_mode:
+            raise NotComplete("source %s: %s listed but not a regular file there (absent, a link, or below a link): the "
+                              "served directory was left as it was; run fleet.vllm.hf_snapshot (fleet.vllm.vllm_weights) "
+                              "to complete the snapshot" % (self.source, ", ".join(snap.shown(rel) for rel in absent[:5])))
         for rel in listed:
-            if any(fnmatch.fnmatch(rel, pattern) for pattern in patterns):
+            if rel in absent:
+                # Check mode before the download or the move aside that this run would make: planned as it will be.
+                matched = any(fnmatch.fnmatch(rel, pattern) for pattern in patterns)
+                wanted[rel] = ("copy", None) if matched else ("link", os.path.join(self.source, rel))
+            elif any(fnmatch.fnmatch(rel, pattern) for pattern in patterns):
                 full = os.path.join(self.source, rel)
                 if rel.endswith(".json"):
                     try:
@@ -303,7 +311,14 @@ class ServedModel(object):
         os.rename(record_path + tmp_suffix, record_path)
 
     def run(self):
-        wanted, record, actions = self.plan()
+        try:
+            wanted, record, actions = self.plan()
+        except NotComplete as exc:
+            if not self.module.check_mode:
+                raise
+            # Check mode before the download this run would make: nothing to compare yet.
+            return dict(changed=True, links=0, copies=0, created=[], removed=[], unlisted=[],
+                        msg="check mode: %s; once it is complete its listed files are served from %s" % (exc, self.path))
         record_stale = record.get("source") != self.source or record.get("version") != RECORD_VERSION
         changed = bool(actions) or record_stale
         links = sum(1 for kind, _detail in wanted.values() if kind == "link")

@@ -196,3 +196,20 @@ def test_a_source_that_is_not_a_complete_snapshot_is_refused(run_module, dirs, t
     result = run_module("served_model", dict(source=str(source), path=str(served)))
     assert result.failed and needle in result.result["msg"], result
     assert not served.exists()
+
+
+def test_check_mode_plans_a_partial_snapshot_as_it_will_be(run_module, dirs):
+    """Check mode before the download that the same run would make: a listed file absent is planned, not refused; a
+    source without its manifest yet is reported as changing."""
+    source, served = dirs
+    (source / "model-00002-of-00002.safetensors").unlink()
+    (source / "hf_quant_config.json").unlink()
+    check = run_module("served_model", dict(source=str(source), path=str(served)), check=True)
+    assert not check.failed and check.result["changed"] and not served.exists(), check
+    assert sorted(check.result["created"]) == ["config.json", "hf_quant_config.json", "model-00001-of-00002.safetensors",
+                                               "model-00002-of-00002.safetensors", "tokenizer.model"]
+    real = run_module("served_model", dict(source=str(source), path=str(served)))
+    assert real.failed and "model-00002-of-00002.safetensors" in real.result["msg"] and not served.exists(), real
+    (source / ".fleet-vllm-snapshot.json").unlink()
+    check = run_module("served_model", dict(source=str(source), path=str(served)), check=True)
+    assert not check.failed and check.result["changed"] and "has no .fleet-vllm-snapshot.json" in check.result["msg"]
