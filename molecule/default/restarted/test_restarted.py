@@ -77,7 +77,9 @@ def test_files_the_listing_does_not_name_were_moved_aside_and_are_not_served(hos
         else:
             assert host.file("%s/%s" % (where, rel)).content_string == text
     assert host.file("%s/.fleet-vllm-rejected" % fleet.PRISTINE_PARENT).mode == 0o700
-    # Reported in the first deploy's output (the module's message and its warning).
+    # Reported in the first deploy's output, names and sizes (the module's warning; its message too, wrapped there).
     with open(os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "run-restart-1.log"), encoding="utf-8") as handle:
-        output = handle.read()
-    assert "not in the hub's listing of the commit were moved out of the snapshot" in output and "evil.py" in output
+        warnings = [line for line in handle if line.startswith("[WARNING]: ") and "not in the hub's listing" in line]
+    assert len(warnings) == 1 and "5 file(s) not in the hub's listing of the commit were in the snapshot and were moved " \
+        "out of it, never served: chat_template.jinja (6 bytes), evil.py (10 bytes), extra/hook.py (6 bytes), " \
+        "preprocessor_config.json (a link), processor_config.json (53 bytes), into %s/unlisted-" % rejected in warnings[0], warnings
