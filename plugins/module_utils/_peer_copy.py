@@ -39,21 +39,37 @@ class PeerCopy(object):
         self.waited = 0.0
         run.result.update(peer_used=None, peer_problems=self.problems)
 
-    def rsync_argv(self, *paths):
+    def rsync_argv(self, *paths, **options):
+        """rsync's command line; options: recursive (default True)."""
         rsync = self.run.module.get_bin_path("rsync")
         if not rsync:
             raise Failure("rsync is not installed on this host; it copies the snapshot from %s (install the rsync package)"
                           % self.run.name("peer"))
-        return [rsync, "--recursive", "--times", "--chmod=D0755,F0644", "--partial-dir=.cache/rsync-partial",
+        return [rsync] + (["--recursive"] if options.get("recursive", True) else []) + ["--times", "--chmod=D0755,F0644", "--partial-dir=.cache/rsync-partial",
                 "--contimeout=30", "--timeout=%d" % self.run.params["stall_timeout"]] + list(paths)
 
     def url(self, commit, path="", peer=None):
         return "%s/%s/%s" % (peer or self.peer, commit, path)
 
-    def question(self, commit, directory):
-        """The child's question for one attempt at copying the snapshot from the serving peer into directory."""
+    def question(self, commit, directory, files):
+        """The child's question for one attempt at copying the snapshot from the serving peer into directory: the files
+        of the listing only (``files``, the hub's listing), named one by one (--files-from, NUL-separated), never a
+        recursive copy of what the peer has - a peer cannot push a file the listing does not name (what arrives is
+        checked again: SnapshotState.quarantine).
+
+        The names are given from the rsync module's root, ``<path in the module>/<commit>/./<file>`` (``/./``: what
+        --relative, which --files-from implies, keeps of it): an rsync 3.5.0 daemon answered "file has vanished" to
+        every name of a --files-from whose source was a directory below the module's root (docs/peer-copy.md). A
+        name never starts with '#' or ';' (rsync's comments) this way: it starts with the path or the commit."""
+        root, _sep, below = self.peer.partition("://")[2].partition("/")
+        module, _sep, below = below.partition("/")
+        prefix = "/".join(part for part in (below.strip("/"), commit) if part) + "/./"
+        names = os.path.join(self.run.module.tmpdir, "peer-files")
+        with open(names, "wb") as handle:
+            for item in files:
+                handle.write((prefix + item["path"]).encode("utf-8", "surrogateescape") + b"\0")
         return dict(op="rsync", peer=self.peer, argv=self.rsync_argv(
-            "--exclude=/.cache/", "--exclude=/%s" % snap.MANIFEST_NAME, self.url(commit), directory + "/"))
+            "--files-from=%s" % names, "--from0", "rsync://%s/%s/" % (root, module), directory + "/", recursive=False))
 
     def manifest(self, commit, peer):
         """(files, None) from the peer's manifest (it completed and verified the snapshot), or (None, error)."""

@@ -66,6 +66,67 @@ def is_private_path(path):
     return path == MANIFEST_NAME or path == LOCK_NAME or path.startswith(".cache/")
 
 
+def is_bookkeeping(rel):
+    """An entry of a snapshot directory that is this collection's or huggingface_hub's bookkeeping, never a model file
+    and never served or copied to a peer: the manifest, and ``.cache/`` (huggingface_hub's metadata and partial
+    downloads, rsync's partial files). Everything else must be in the listing."""
+    return rel in (MANIFEST_NAME, LOCK_NAME, ".cache") or rel.startswith(".cache/")
+
+
+def shown(rel):
+    """A path as a message or a result shows it: a name that is not UTF-8 (os.walk's surrogate escapes) with U+FFFD."""
+    return rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def scan(directory):
+    """Every entry under directory, by lstat, never following a link, the bookkeeping left out (is_bookkeeping).
+
+    Returns (regular, other, directories): ``regular`` {relative path: size} of the regular files reached through real
+    directories only; ``other`` {relative path: kind} of what is neither a regular file nor a real directory ('link' -
+    to a directory too -, 'fifo', 'socket', 'device'); ``directories`` the set of the real directories. A file below a
+    link to a directory is in none: it is not in the snapshot."""
+    regular, other, directories = {}, {}, set()
+    for base, dirs, names in os.walk(directory):
+        prefix = os.path.relpath(base, directory)
+        prefix = "" if prefix == "." else prefix + "/"
+        descend = []
+        for name in dirs + names:
+            rel = prefix + name
+            if is_bookkeeping(rel):
+                continue
+            try:
+                st = os.lstat(os.path.join(base, name))
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                descend.append(name)
+                directories.add(rel)
+            elif stat.S_ISREG(st.st_mode):
+                regular[rel] = st.st_size
+            else:
+                other[rel] = "link" if stat.S_ISLNK(st.st_mode) else "fifo" if stat.S_ISFIFO(st.st_mode) else \
+                    "socket" if stat.S_ISSOCK(st.st_mode) else "device"
+        dirs[:] = sorted(descend)
+    return regular, other, directories
+
+
+def unlisted_entries(directory, files, found=None):
+    """What a snapshot directory holds that its listing does not name as a regular file: unlisted files, and links,
+    fifos, sockets or devices whatever their name ([{path, size, kind}], sorted). ``found``: scan()'s result."""
+    listed = set(item["path"] for item in files)
+    regular, other = (found if found is not None else scan(directory))[:2]
+    entries = [dict(path=rel, size=size, kind="file") for rel, size in regular.items() if rel not in listed]
+    entries += [dict(path=rel, size=None, kind=kind) for rel, kind in other.items()]
+    return sorted(entries, key=lambda entry: entry["path"])
+
+
+def describe_unlisted(entries, limit=5):
+    """'processor_config.json (412 bytes), evil.py (a link)' for unlisted_entries()."""
+    return ", ".join("%s (%s)" % (shown(entry["path"]), "%d bytes" % entry["size"] if entry["kind"] == "file"
+                                  else "a %s" % entry["kind"]) for entry in entries[:limit]) + (
+        ", ..." if len(entries) > limit else "")
+
+
 def normalise_files(files):
     """Listing entries -> sorted [{path, size, sha256?}] with the types checked."""
     result = []
@@ -217,9 +278,9 @@ def write_record(path, repo_id, commit, directory, files):
 
 
 def whole_file(directory, item):
-    """The stat of a listed file that is on disk whole (a regular file of the listed size), else None."""
+    """The stat of a listed file that is on disk whole (a regular file of the listed size, not a link), else None."""
     try:
-        st = os.stat(os.path.join(directory, item["path"]))
+        st = os.lstat(os.path.join(directory, item["path"]))
     except OSError:
         return None
     return st if stat.S_ISREG(st.st_mode) and st.st_size == item["size"] else None
@@ -376,27 +437,29 @@ def check(directory, files, deep=False):
     expected}]), ``wrong_hash`` (paths, deep only), ``index_problems`` (shards the safetensors
     index names that are not in the listing or not on disk, unreadable index), ``present_bytes``
     (bytes of the listed files that are on disk with the right size), ``missing_bytes``, ``total_bytes``,
-    ``hashed_bytes``.
+    ``hashed_bytes``, ``unlisted`` (unlisted_entries(): what the listing does not name as a regular file; the
+    snapshot is not complete while there is any). A listed path that is a link, or below a link, is
+    missing (and the link unlisted).
     """
     files = normalise_files(files)
     listed = set(item["path"] for item in files)
+    found = scan(directory)
+    regular, directories = found[0], found[2]
     missing, wrong_size, wrong_hash, index_problems = [], [], [], []
     present_bytes = missing_bytes = hashed_bytes = 0
     good = set()
     for item in files:
-        full = os.path.join(directory, item["path"])
-        try:
-            st = os.stat(full)
-        except OSError:
-            missing.append(item["path"])
-            missing_bytes += item["size"]
-            continue
-        if not os.path.isfile(full):
+        size = regular.get(item["path"])
+        if size is None and item["path"] in directories:
             wrong_size.append(dict(path=item["path"], size=None, expected=item["size"]))
             missing_bytes += item["size"]
             continue
-        if st.st_size != item["size"]:
-            wrong_size.append(dict(path=item["path"], size=st.st_size, expected=item["size"]))
+        if size is None:
+            missing.append(item["path"])
+            missing_bytes += item["size"]
+            continue
+        if size != item["size"]:
+            wrong_size.append(dict(path=item["path"], size=size, expected=item["size"]))
             missing_bytes += item["size"]
             continue
         present_bytes += item["size"]
@@ -409,8 +472,10 @@ def check(directory, files, deep=False):
                 index_problems.append("%s names %s, which the revision does not have" % (index_name, shard))
             elif shard not in good:
                 index_problems.append("%s names %s, which is not complete on disk" % (index_name, shard))
+    unlisted = unlisted_entries(directory, files, found)
     return dict(
-        complete=not (missing or wrong_size or wrong_hash or index_problems),
+        complete=not (missing or wrong_size or wrong_hash or index_problems or unlisted),
+        unlisted=unlisted,
         missing=missing,
         wrong_size=wrong_size,
         wrong_hash=wrong_hash,
@@ -444,6 +509,9 @@ def describe_problems(result, limit=5):
             len(result["unverified"]), ", ".join(result["unverified"][:limit]),
             ", ..." if len(result["unverified"]) > limit else ""))
     parts.extend(result["index_problems"][:limit])
+    if result.get("unlisted"):
+        parts.append("%d file(s) not in the hub's listing of the commit, never served (%s)" % (
+            len(result["unlisted"]), describe_unlisted(result["unlisted"], limit)))
     return "; ".join(parts)
 
 

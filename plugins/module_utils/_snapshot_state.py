@@ -126,6 +126,53 @@ class SnapshotState(object):
         self.run.result.setdefault("rejected", []).extend(moved)
         return moved
 
+    def quarantine(self, commit, directory, entries, files):
+        """Moves what the listing does not name (check()'s ``unlisted``: unlisted files, links, fifos...) out of the
+        snapshot, keeping their relative paths, into O(dest)/.fleet-vllm-rejected/<commit>/unlisted-<time>-<pid>/
+        (next to the snapshot, root only): never served, never copied to a peer, never deleted. A link is moved as a
+        link. Directories left empty are removed, unless a listed file goes in them. Records each entry, with where it
+        went, in the result's ``unlisted``, and returns the entries."""
+        stamp = "unlisted-%s-%d" % (time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), os.getpid())
+        root = os.path.join(self.run.dest, REJECTED_DIR, commit, stamp)
+        keep = set()
+        for item in files:
+            parent = os.path.dirname(item["path"])
+            while parent:
+                keep.add(parent)
+                parent = os.path.dirname(parent)
+        moved = []
+        for entry in entries:
+            source = os.path.join(directory, entry["path"])
+            target = os.path.join(root, entry["path"])
+            try:
+                if not os.path.isdir(os.path.dirname(target)):
+                    os.makedirs(os.path.dirname(target), 0o700)
+                    os.chmod(os.path.join(self.run.dest, REJECTED_DIR), 0o700)
+                os.rename(source, target)
+                if entry["kind"] == "file":
+                    os.chmod(target, 0o600)
+            except OSError as exc:
+                if exc.errno == errno.ENOENT:
+                    continue
+                raise Failure("cannot move %s (it is not in the hub's listing of the commit) out of the snapshot: %s; "
+                              "move it away by hand" % (snap.shown(source), exc.strerror))
+            moved.append(dict(entry, path=snap.shown(entry["path"]), moved_to=snap.shown(target)))
+            parent = os.path.dirname(entry["path"])
+            while parent and parent not in keep:
+                try:
+                    os.rmdir(os.path.join(directory, parent))
+                except OSError:
+                    break
+                parent = os.path.dirname(parent)
+        self.run.result.setdefault("unlisted", []).extend(moved)
+        self.run.result["changed"] = True
+        if moved:
+            self.run.module.warn("%s at %s: %d file(s) not in the hub's listing of the commit were in the snapshot and "
+                                 "were moved out of it, never served: %s, into %s" % (
+                                     self.run.params["repo_id"], commit, len(moved), snap.describe_unlisted(moved, 20),
+                                     root))
+        return moved
+
     def read_record(self, commit, directory):
         params = self.run.params
         record = snap.read_record(params["verified_record"])

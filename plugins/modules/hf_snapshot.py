@@ -28,7 +28,15 @@ description:
     present with its exact size, every shard named by a C(*.safetensors.index.json) present, and
     every file's content against the hub's listing of the commit (the sha256 of LFS files, the git
     blob sha1 of the others - config, tokenizer and the C(*.py) code that C(--trust-remote-code)
-    runs). A partial snapshot is never reported as a success. The listing is then kept as a
+    runs). A partial snapshot is never reported as a success.
+  - The listing is the only allow-list. A snapshot that holds anything it does not name as a regular file - an
+    unlisted C(processor_config.json) or C(*.py), a link, even at a listed name - is not complete; with V(present)
+    each such entry is moved out of the snapshot, its relative path kept, into
+    C(O(dest)/.fleet-vllm-rejected/<commit>/unlisted-<time>-<pid>/) (mode 0700, never deleted) and named in
+    RV(unlisted), RV(msg) and a warning. Only C(.fleet-vllm-snapshot.json) and C(.cache/) (huggingface_hub's and
+    rsync's bookkeeping) are the collection's own. A download asks for the listed files only (by name, whatever
+    the mirror's own listing of the commit says), a copy from a peer too (C(rsync --files-from)).
+  - The listing is then kept as a
     manifest (C(.fleet-vllm-snapshot.json)) in the snapshot, so that a run with a commit sha checks
     a complete snapshot without a single request.
   - The listing comes from the hub or the site mirror only - O(listing) (fetched by the caller, for
@@ -342,6 +350,15 @@ unverified:
   returned: success
   type: list
   elements: str
+unlisted:
+  description:
+    - What the snapshot held that the hub's listing of the commit does not name as a regular file (an unlisted file,
+      a link, a fifo ...), each with C(path), C(size) (null but for a file), C(kind) (C(file), C(link), C(fifo),
+      C(socket), C(device)) and C(moved_to) (where it was moved; null in check mode and with V(queried) or
+      V(verified), which never write).
+  returned: when the snapshot held any
+  type: list
+  elements: dict
 rejected:
   description: Where files whose content differed from the hub's listing were moved.
   returned: when a file was rejected
@@ -357,6 +374,7 @@ msg:
   type: str
 """
 
+import glob
 import os
 import threading
 import time
@@ -369,7 +387,7 @@ from ansible_collections.fleet.vllm.plugins.module_utils._child_transport import
 from ansible_collections.fleet.vllm.plugins.module_utils._credentials import secrets_in
 from ansible_collections.fleet.vllm.plugins.module_utils._peer_copy import PeerCopy
 from ansible_collections.fleet.vllm.plugins.module_utils._snapshot_run import Failure, SnapshotRun
-from ansible_collections.fleet.vllm.plugins.module_utils._snapshot_state import SnapshotState, bad_files
+from ansible_collections.fleet.vllm.plugins.module_utils._snapshot_state import REJECTED_DIR, SnapshotState, bad_files
 
 REPO_ID_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_."
 
@@ -512,7 +530,7 @@ class HfSnapshot(SnapshotRun):
             if error is not None and snap.is_disk_full(error.get("message")):
                 self.disk.disk_full(commit, directory, files, removed, self.child.explain(error))
             if error is None:
-                state = snap.check(directory, files)
+                state = self.listed_only(commit, directory, files, snap.check(directory, files))
                 if state["wrong_size"]:
                     # The listing and what the hub (or the peer) sends disagree: another attempt fetches the same bytes.
                     source = self.peers.peer or p["endpoint"]
@@ -570,11 +588,13 @@ class HfSnapshot(SnapshotRun):
         """Runs one download process under the stall watchdog. None on success, else an error dict."""
         p = self.params
         if self.peers.peer:
-            question = self.peers.question(commit, directory)
+            question = self.peers.question(commit, directory, files)
         else:
+            # The listed files only, by name (huggingface_hub matches allow_patterns with fnmatch: escaped), whatever
+            # else the mirror's own listing of the commit names.
             question = dict(op="download", repo_id=p["repo_id"], revision=commit, local_dir=directory,
-                            allow_patterns=p["allow_patterns"], ignore_patterns=p["ignore_patterns"],
-                            max_workers=p["max_workers"])
+                            allow_patterns=[glob.escape(item["path"]) for item in files],
+                            ignore_patterns=p["ignore_patterns"], max_workers=p["max_workers"])
         watchdog = StallWatchdog(self, directory, total)
         hashing = threading.Event()
         hasher = threading.Thread(target=self.disk.hash_arrivals, args=(directory, files, hashing))
@@ -595,7 +615,24 @@ class HfSnapshot(SnapshotRun):
                             p["stall_timeout"], ", next attempts over plain HTTP" if fallback else ""))
         return answer.get("error")
 
+    def listed_only(self, commit, directory, files, state):
+        """check()'s state of a snapshot with what the listing does not name moved out of it (SnapshotState.quarantine)
+        and checked again."""
+        if not state["unlisted"]:
+            return state
+        self.disk.quarantine(commit, directory, state["unlisted"], files)
+        return snap.check(directory, files)
+
     def run(self):
+        result = self.fetch()
+        moved = [entry for entry in result.get("unlisted") or [] if entry.get("moved_to")]
+        if moved:
+            result["msg"] += "; %d file(s) not in the hub's listing of the commit were moved out of the snapshot, never " \
+                "served: %s (into %s/)" % (len(moved), snap.describe_unlisted(moved),
+                                           os.path.join(self.dest, REJECTED_DIR, result["commit"]))
+        return result
+
+    def fetch(self):
         p = self.params
         self.check_params()
         commit, files, manifest, trusted = self.listing()
@@ -608,6 +645,11 @@ class HfSnapshot(SnapshotRun):
             return self.result
         record = self.disk.read_record(commit, directory)
         state = snap.check(directory, files)
+        if p["state"] == "present" and trusted and not self.module.check_mode:
+            state = self.listed_only(commit, directory, files, state)
+        elif state["unlisted"]:
+            self.result["unlisted"] = [dict(entry, path=snap.shown(entry["path"]), moved_to=None)
+                                       for entry in state["unlisted"]]
         state = self.disk.verify(directory, files, state, trusted, record, hash_files=p["state"] != "queried")
         self.result.update(commit=commit, path=directory, files=len(files), total_bytes=state["total_bytes"],
                            downloaded_bytes=0, attempts=0, removed=[], xet_fallback=False,
@@ -661,7 +703,9 @@ class HfSnapshot(SnapshotRun):
                 p["repo_id"], commit[:12], "copy" if self.peers.candidates else "download", len(would),
                 snap.human_bytes(sum(item.get("size") or 0 for item in would)),
                 "; %d file(s) differ from the hub's listing and would be moved out of the snapshot" % len(
-                    state["wrong_hash"]) if state["wrong_hash"] else ""))
+                    state["wrong_hash"]) if state["wrong_hash"] else "") + (
+                "; %d file(s) not in the hub's listing would be moved out of the snapshot, never served: %s" % (
+                    len(state["unlisted"]), snap.describe_unlisted(state["unlisted"])) if state["unlisted"] else ""))
             return self.result
         if not os.path.isdir(directory):
             self.disk.make_dirs(directory)
@@ -669,7 +713,8 @@ class HfSnapshot(SnapshotRun):
         try:
             if "took_over" in self.result:
                 # The download this run waited for may have fetched everything: look again.
-                state = self.disk.verify(directory, files, snap.check(directory, files), True, record)
+                state = self.disk.verify(directory, files, self.listed_only(commit, directory, files, snap.check(
+                    directory, files)), True, record)
             record = dict(record, **state["verified"])
             if not state["complete"]:
                 if self.peers.candidates and self.peers.peer is None and not self.peers.find(commit):

@@ -12,10 +12,15 @@ short_description: Build the served model directory - links to a pristine snapsh
 version_added: "0.1.0"
 description:
   - Makes O(path) the directory vLLM serves from a pristine snapshot O(source) (as
-    M(fleet.vllm.hf_snapshot) leaves it) - every file of the snapshot appears in O(path) as a
-    symbolic link to the pristine file, except files matching O(copy_patterns) (the small JSON
+    M(fleet.vllm.hf_snapshot) leaves it) - every file of the snapshot's listing appears in O(path)
+    as a symbolic link to the pristine file, except files matching O(copy_patterns) (the small JSON
     files later steps may patch, such as C(config.json) and C(hf_quant_config.json)), which are
     real copies.
+  - The files served are those of the snapshot's manifest (C(.fleet-vllm-snapshot.json), written by
+    M(fleet.vllm.hf_snapshot) from the hub's listing of the commit), never what a walk of O(source)
+    finds. A file of O(source) the manifest does not name - an unlisted C(processor_config.json),
+    C(chat_template.jinja) or C(*.py) - is not served, and is named in RV(unlisted) and a warning; a
+    listed name that is not a regular file in O(source) (a link, or below one) fails the run.
   - The pristine snapshot is never written, so a patch (M(fleet.vllm.kv_cache_config)) never
     reaches a download, and a re-download never undoes a patch.
   - A copy is made once per content of its pristine file; later runs leave it alone, patched or
@@ -58,6 +63,7 @@ options:
     default: ['.fleet-vllm-kv-cache.json']
 notes:
   - Bookkeeping files of the source (C(.cache/), C(.fleet-vllm-snapshot.json)) are not linked.
+  - A source without the manifest is refused - it is not a snapshot M(fleet.vllm.hf_snapshot) completed.
 seealso:
   - module: fleet.vllm.hf_snapshot
   - module: fleet.vllm.kv_cache_config
@@ -89,6 +95,11 @@ removed:
   returned: success
   type: list
   elements: str
+unlisted:
+  description: Files and links of O(source) that its manifest does not name, and that are therefore not served.
+  returned: success
+  type: list
+  elements: str
 msg:
   description: What was done, in one line.
   returned: always
@@ -104,7 +115,7 @@ import shutil
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.fleet.vllm.plugins.module_utils._snapshot import is_private_path, sha256_of
+from ansible_collections.fleet.vllm.plugins.module_utils import _snapshot as snap
 
 RECORD_NAME = ".fleet-vllm-served.json"
 RECORD_VERSION = 1
@@ -114,18 +125,26 @@ class Failure(Exception):
     pass
 
 
+class NotComplete(Failure):
+    """The source is not a complete snapshot (yet): no manifest, or listed files that are not regular files there."""
+
+
 def source_files(source):
-    found = []
-    for base, dirs, names in os.walk(source):
-        rel_base = os.path.relpath(base, source)
-        rel_base = "" if rel_base == "." else rel_base
-        dirs[:] = sorted(d for d in dirs if not is_private_path(os.path.join(rel_base, d) + "/") and not d.startswith(".hf-home"))
-        for name in sorted(names):
-            rel = os.path.join(rel_base, name) if rel_base else name
-            if is_private_path(rel) or not os.path.isfile(os.path.join(base, name)):
-                continue
-            found.append(rel)
-    return found
+    """(listed, unlisted, absent): the files of the source's manifest - the hub's listing of the commit, the only files
+    served -, what else the source holds (never served), and the listed names that are not a regular file reached
+    through real directories there. Fails (NotComplete) when there is no manifest."""
+    try:
+        manifest = snap.read_manifest(source)
+    except snap.SnapshotError as exc:
+        raise Failure("source %s: %s" % (source, exc))
+    if manifest is None:
+        raise NotComplete("source %s has no %s: it is not a snapshot fleet.vllm.hf_snapshot completed, and only the files "
+                      "of the hub's listing are served; fetch it with fleet.vllm.hf_snapshot (fleet.vllm.vllm_weights)"
+                      % (source, snap.MANIFEST_NAME))
+    listed = [item["path"] for item in manifest["files"]]
+    found = snap.scan(source)
+    absent = [rel for rel in listed if rel not in found[0]]
+    return listed, [snap.shown(entry["path"]) for entry in snap.unlisted_entries(source, manifest["files"], found)], absent
 
 
 class ServedModel(object):
@@ -133,7 +152,7 @@ class ServedModel(object):
         self.module = module
         self.source = os.path.abspath(module.params["source"])
         self.path = os.path.abspath(module.params["path"])
-        self.created, self.removed = [], []
+        self.created, self.removed, self.unlisted = [], [], []
 
     def read_record(self):
         record_path = os.path.join(self.path, RECORD_NAME)
@@ -173,8 +192,17 @@ class ServedModel(object):
         patterns = self.module.params["copy_patterns"]
         record = self.read_record()
         wanted = {}
-        for rel in source_files(self.source):
-            if any(fnmatch.fnmatch(rel, pattern) for pattern in patterns):
+        listed, self.unlisted, absent = source_files(self.source)
+        if absent and not self.module.check_mode:
+            raise NotComplete("source %s: %s listed but not a regular file there (absent, a link, or below a link): the "
+                              "served directory was left as it was; run fleet.vllm.hf_snapshot (fleet.vllm.vllm_weights) "
+                              "to complete the snapshot" % (self.source, ", ".join(snap.shown(rel) for rel in absent[:5])))
+        for rel in listed:
+            if rel in absent:
+                # Check mode before the download or the move aside that this run would make: planned as it will be.
+                matched = any(fnmatch.fnmatch(rel, pattern) for pattern in patterns)
+                wanted[rel] = ("copy", None) if matched else ("link", os.path.join(self.source, rel))
+            elif any(fnmatch.fnmatch(rel, pattern) for pattern in patterns):
                 full = os.path.join(self.source, rel)
                 if rel.endswith(".json"):
                     try:
@@ -183,7 +211,7 @@ class ServedModel(object):
                     except ValueError as exc:
                         raise Failure("%s is not valid JSON (%s): the served directory was left as it was; fix or "
                                       "re-fetch the snapshot" % (full, exc))
-                wanted[rel] = ("copy", sha256_of(full))
+                wanted[rel] = ("copy", snap.sha256_of(full))
             else:
                 wanted[rel] = ("link", os.path.join(self.source, rel))
         if not wanted:
@@ -202,7 +230,7 @@ class ServedModel(object):
                 known = record["copies"].get(rel)
                 if state == "file" and known == detail:
                     continue
-                if state == "file" and known is None and sha256_of(os.path.join(self.path, rel)) == detail:
+                if state == "file" and known is None and snap.sha256_of(os.path.join(self.path, rel)) == detail:
                     actions.append(("adopt", rel, detail))
                     continue
                 if state == "other":
@@ -283,12 +311,22 @@ class ServedModel(object):
         os.rename(record_path + tmp_suffix, record_path)
 
     def run(self):
-        wanted, record, actions = self.plan()
+        try:
+            wanted, record, actions = self.plan()
+        except NotComplete as exc:
+            if not self.module.check_mode:
+                raise
+            # Check mode before the download this run would make: nothing to compare yet.
+            return dict(changed=True, links=0, copies=0, created=[], removed=[], unlisted=[],
+                        msg="check mode: %s; once it is complete its listed files are served from %s" % (exc, self.path))
         record_stale = record.get("source") != self.source or record.get("version") != RECORD_VERSION
         changed = bool(actions) or record_stale
         links = sum(1 for kind, _detail in wanted.values() if kind == "link")
         copies = len(wanted) - links
-        result = dict(changed=changed, links=links, copies=copies, created=[], removed=[])
+        result = dict(changed=changed, links=links, copies=copies, created=[], removed=[], unlisted=self.unlisted)
+        if self.unlisted:
+            self.module.warn("%s holds %d file(s) its manifest (the hub's listing) does not name, not served: %s" % (
+                self.source, len(self.unlisted), ", ".join(self.unlisted[:5])))
         if changed and self.module._diff:
             result["diff"] = dict(before_header=self.path, after_header=self.path, before=self.listing(),
                                   after=self.listing(wanted))
@@ -302,7 +340,9 @@ class ServedModel(object):
             result.update(created=[rel for kind, rel, _d in actions if kind in ("link", "copy")],
                           removed=[rel for kind, rel, _d in actions if kind == "remove"])
         result["msg"] = "%s serves %s: %d links, %d copies; %d made, %d removed" % (
-            self.path, self.source, links, copies, len(result["created"]), len(result["removed"]))
+            self.path, self.source, links, copies, len(result["created"]), len(result["removed"])) + (
+            "; %d file(s) of the source not in its manifest (the hub's listing), not served: %s" % (
+                len(self.unlisted), ", ".join(self.unlisted[:5])) if self.unlisted else "")
         return result
 
 

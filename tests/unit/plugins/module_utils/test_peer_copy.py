@@ -86,8 +86,20 @@ def test_rsync_argv_and_urls(tmp_path):
     assert copy.url(COMMIT, "f.json", peer=B) == "%s/%s/f.json" % (B, COMMIT)
     copy.peer = A
     assert copy.url(COMMIT) == "%s/%s/" % (A, COMMIT)
-    assert copy.question(COMMIT, "/srv/x") == dict(op="rsync", peer=A, argv=copy.rsync_argv(
-        "--exclude=/.cache/", "--exclude=/.fleet-vllm-snapshot.json", "%s/%s/" % (A, COMMIT), "/srv/x/"))
+    names = os.path.join(copy.run.module.tmpdir, "peer-files")
+    listed = snap.normalise_files(FILES + [dict(path="#a", size=1, sha256="c" * 64)])
+    assert copy.question(COMMIT, "/srv/x", listed) == dict(
+        op="rsync", peer=A, argv=["/usr/bin/rsync", "--times", "--chmod=D0755,F0644", "--partial-dir=.cache/rsync-partial",
+                                  "--contimeout=30", "--timeout=77", "--files-from=%s" % names, "--from0",
+                                  "rsync://a:8873/m/", "/srv/x/"])
+    # The listed files, one by one, from the module's root (/./: what lands in /srv/x): never a recursive copy.
+    with open(names, "rb") as handle:
+        assert handle.read() == b"".join(b"Kimi/%s/./%s\0" % (COMMIT.encode(), name) for name in (b"#a", b"a.safetensors",
+                                                                                                b"b.json"))
+    copy.peer = "rsync://a:8873/m"
+    copy.question(COMMIT, "/srv/x", listed)
+    with open(names, "rb") as handle:
+        assert handle.read().split(b"\0")[0] == b"%s/./#a" % COMMIT.encode()
     copy.run.module.bins["rsync"] = None
     for prefix, name in (("", "peer"), ("vllm_weights_", "vllm_weights_peer")):
         copy.run.params["variable_prefix"] = prefix

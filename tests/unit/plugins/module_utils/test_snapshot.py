@@ -125,7 +125,7 @@ def snapshot(tmp_path):
 
 
 def result(**fields):
-    base = dict(complete=True, missing=[], wrong_size=[], wrong_hash=[], index_problems=[], present_bytes=0,
+    base = dict(complete=True, missing=[], wrong_size=[], wrong_hash=[], index_problems=[], unlisted=[], present_bytes=0,
                 missing_bytes=0, total_bytes=0, hashed_bytes=0)
     base.update(fields)
     return base
@@ -443,3 +443,85 @@ def test_an_rsync_error_says_the_end_of_what_rsync_said_on_one_line():
     assert message.endswith(" a b c") and len(message.split("): ", 1)[1]) == 800
     assert _snapshot.rsync_error(20, " \n", "rsync://p/m")["message"] == (
         "rsync from rsync://p/m exited with code 20 (transfer interrupted): (no output)")
+
+
+# ---- issue 24, point 4: the listing is the only allow-list --------------------------------------
+
+# What transformers reads for a multimodal model before anything else, with remote code trusted: an auto_map it imports.
+PROCESSOR = json.dumps({"auto_map": {"AutoProcessor": "evil.EvilProcessor"}}).encode()
+
+
+def planted(tmp_path):
+    """A complete snapshot (snapshot()) and, beside it, what a mirror or a peer could add: an unlisted
+    processor_config.json naming evil.py, a chat template, a file in a subdirectory, look-alikes of a listed name
+    (case, a compatibility form, a trailing space), a link to a file outside and a link to a directory outside."""
+    files = snapshot(tmp_path / "snap")
+    directory = tmp_path / "snap"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "config.json").write_bytes(b'{"a": 1}')
+    (directory / "processor_config.json").write_bytes(PROCESSOR)
+    (directory / "evil.py").write_bytes(b"import os\n")
+    (directory / "chat_template.jinja").write_bytes(b"{{ messages }}")
+    (directory / "extra" / "deeper").mkdir(parents=True)
+    (directory / "extra" / "deeper" / "hook.py").write_bytes(b"x = 1\n")
+    for name in ("Config.json", "\uff43onfig.json", "config.json "):
+        (directory / name).write_bytes(b'{"a": 1}')
+    os.symlink(str(outside / "config.json"), str(directory / "preprocessor_config.json"))
+    os.symlink(str(outside), str(directory / "linked"))
+    return str(directory), files
+
+
+PLANTED = [
+    dict(path="Config.json", size=8, kind="file"), dict(path="chat_template.jinja", size=14, kind="file"),
+    dict(path="config.json ", size=8, kind="file"), dict(path="evil.py", size=10, kind="file"),
+    dict(path="extra/deeper/hook.py", size=6, kind="file"), dict(path="linked", size=None, kind="link"),
+    dict(path="preprocessor_config.json", size=None, kind="link"),
+    dict(path="processor_config.json", size=len(PROCESSOR), kind="file"),
+    dict(path="\uff43onfig.json", size=8, kind="file")]
+
+
+def test_a_snapshot_with_anything_unlisted_is_not_complete(tmp_path):
+    directory, files = planted(tmp_path)
+    got = check(directory, files)
+    assert got["unlisted"] == PLANTED
+    assert (got["complete"], got["missing"], got["wrong_size"]) == (False, [], [])
+    assert describe_problems(got, limit=2) == (
+        "9 file(s) not in the hub's listing of the commit, never served (Config.json (8 bytes), chat_template.jinja "
+        "(14 bytes), ...)")
+    # The bookkeeping is the collection's own: the manifest, .cache/ (huggingface_hub's and rsync's).
+    write_manifest(directory, make_manifest("r", SHA, files))
+    os.makedirs(os.path.join(directory, ".cache", "huggingface", "download"))
+    with open(os.path.join(directory, ".cache", "huggingface", "download", "x.metadata"), "w") as handle:
+        handle.write("m")
+    assert check(directory, files)["unlisted"] == PLANTED
+
+
+def test_a_listed_name_that_is_a_link_or_below_one_is_missing(tmp_path):
+    files = snapshot(tmp_path / "snap")
+    directory = tmp_path / "snap"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "tokenizer.json").write_bytes(b"tok")
+    (outside / "config.json").write_bytes(b'{"a": 1}')
+    (directory / "config.json").unlink()
+    os.symlink(str(outside / "config.json"), str(directory / "config.json"))
+    os.symlink(str(outside), str(directory / "sub"))
+    files.append(dict(path="sub/tokenizer.json", size=3, sha256=hashlib.sha256(b"tok").hexdigest()))
+    os.mkfifo(str(directory / "fifo"))
+    got = check(str(directory), files)
+    assert (got["complete"], got["missing"], got["unlisted"]) == (False, ["config.json", "sub/tokenizer.json"], [
+        dict(path="config.json", size=None, kind="link"), dict(path="fifo", size=None, kind="fifo"),
+        dict(path="sub", size=None, kind="link")])
+    # Nor is it hashed through the link.
+    assert "config.json" not in verify_digests(str(directory), files)["verified"]
+
+
+def test_a_name_that_is_not_utf8_is_shown_replaced(tmp_path):
+    files = snapshot(tmp_path)
+    with open(os.path.join(os.fsencode(str(tmp_path)), b"evil\xff.py"), "wb") as handle:
+        handle.write(b"x")
+    got = check(str(tmp_path), files)
+    assert [entry["path"] for entry in got["unlisted"]] == ["evil\udcff.py"]
+    assert _snapshot.shown(got["unlisted"][0]["path"]) == "evil\ufffd.py"
+    assert "evil\ufffd.py (1 bytes)" in describe_problems(got)

@@ -332,6 +332,12 @@ def test_a_query_reads_no_byte(tmp_path):
     assert state.progress == []
     complete = dict(path="config.json", size=8, sha256=files[0]["sha256"])
     got = state.verify(directory, [complete], snap.check(directory, [complete]), True, known, hash_files=False)
+    # The other files are not in that listing: the snapshot is not complete while they are there.
+    assert (got["unverified"], got["complete"], [entry["path"] for entry in got["unlisted"]]) == (
+        [], False, ["model.safetensors", "tokenizer.json", "vocab.txt"])
+    for name in ("model.safetensors", "tokenizer.json", "vocab.txt"):
+        os.unlink(os.path.join(directory, name))
+    got = state.verify(directory, [complete], snap.check(directory, [complete]), True, known, hash_files=False)
     assert (got["unverified"], got["complete"]) == ([], True)
 
 
@@ -343,6 +349,8 @@ def test_a_query_without_a_record_checks_sizes_only(tmp_path):
     assert (got["verified"], got["wrong_digest"], got["unverified"], got["hashed_bytes"]) == ({}, [], [], 0)
     assert got["complete"] is False and got["present_bytes"] == 78
     complete = [files[0]]
+    for name in ("model.safetensors", "tokenizer.json", "vocab.txt"):
+        os.unlink(os.path.join(directory, name))
     assert state.verify(directory, complete, snap.check(directory, complete), True, {}, hash_files=False)["complete"] is True
 
 
@@ -591,3 +599,39 @@ def test_a_stop_between_two_files(tmp_path, monkeypatch):
     monkeypatch.setattr(_snapshot_state.snap, "hash_listed", hash_then_stop)
     state.hash_arrivals(directory, files, stop)
     assert sorted(state.arrived) == ["a.json"]
+
+
+def test_what_the_listing_does_not_name_is_moved_aside_kept_and_reported(tmp_path):
+    """Issue 24, point 4: unlisted files beside correctly hashed listed ones were served."""
+    state = disk(tmp_path)
+    directory = os.path.join(state.run.dest, COMMIT)
+    files = snap.normalise_files([put(directory, "config.json", b"{}"), put(directory, "sub/listed.py", b"x = 1\n")])
+    put(directory, "processor_config.json", b'{"auto_map": {"AutoProcessor": "evil.EvilProcessor"}}')
+    put(directory, "evil.py", b"import os\n")
+    put(directory, "sub/unlisted.py", b"y\n")
+    put(directory, "deep/er/hook.py", b"z\n")
+    os.symlink("/etc/passwd", os.path.join(directory, "chat_template.jinja"))
+    checked = snap.check(directory, files)
+    assert not checked["complete"] and len(checked["unlisted"]) == 5
+    moved = state.quarantine(COMMIT, directory, checked["unlisted"], files)
+    rejected = os.path.join(state.run.dest, ".fleet-vllm-rejected")
+    roots = os.listdir(os.path.join(rejected, COMMIT))
+    assert len(roots) == 1 and roots[0].startswith("unlisted-") and roots[0].endswith("-%d" % os.getpid())
+    root = os.path.join(rejected, COMMIT, roots[0])
+    assert [(entry["path"], entry["moved_to"]) for entry in moved] == [
+        (rel, os.path.join(root, rel)) for rel in ("chat_template.jinja", "deep/er/hook.py", "evil.py",
+                                                   "processor_config.json", "sub/unlisted.py")]
+    # Kept, byte for byte, root only; the link moved as a link (its target untouched).
+    with open(os.path.join(root, "evil.py"), "rb") as handle:
+        assert handle.read() == b"import os\n"
+    assert os.readlink(os.path.join(root, "chat_template.jinja")) == "/etc/passwd" and os.path.exists("/etc/passwd")
+    assert oct(os.stat(rejected).st_mode & 0o777) == "0o700"
+    assert oct(os.stat(os.path.join(root, "evil.py")).st_mode & 0o777) == "0o600"
+    # The snapshot keeps the listed files and the directories they are in; the emptied ones are gone.
+    assert sorted(os.listdir(directory)) == ["config.json", "sub"] and os.listdir(os.path.join(directory, "sub")) == [
+        "listed.py"]
+    assert snap.check(directory, files)["complete"]
+    assert state.run.result["unlisted"] == moved and state.run.result["changed"]
+    assert state.run.module.warnings == ["%s at %s: 5 file(s) not in the hub's listing of the commit were in the snapshot "
+                                         "and were moved out of it, never served: %s, into %s" % (
+                                             REPO, COMMIT, snap.describe_unlisted(moved), root)]

@@ -562,3 +562,113 @@ def test_through_ansible_the_payload_comes_from_the_ansiballz_zip(hub, repo_dir,
     assert result["complete"] and result["changed"] and result["requests"] == 2, result
     assert result["commit"] == hub.commit and len(file_gets(hub)) == 10
     same_files(repo_dir, result["path"])
+
+
+# ---- issue 24, point 4: files outside the hub's listing ------------------------------------------
+
+# transformers reads processor_config.json first for a multimodal model and, with remote code trusted, imports what its
+# auto_map names (docs/evidence.md); a chat_template.jinja overrides the template.
+EVIL = {"processor_config.json": json.dumps({"auto_map": {"AutoProcessor": "evil.EvilProcessor"}}),
+        "evil.py": "import os\nos.system('id')\n", "chat_template.jinja": "{{ 'pwned' }}",
+        "sub/hook.py": "x = 1\n", "Config.json": "{}", "config.json ": "{}", "\uff43onfig.json": "{}"}
+
+
+def plant(directory, outside):
+    """The issue's files beside the listed ones, and the next attacks on the same sink: a file in a subdirectory,
+    look-alikes of a listed name (case, a compatibility form, a trailing space), links to a file and a directory outside."""
+    for rel, text in EVIL.items():
+        (directory / rel).parent.mkdir(parents=True, exist_ok=True)
+        (directory / rel).write_text(text)
+    outside.mkdir(exist_ok=True)
+    (outside / "preprocessor_config.json").write_text("{}")
+    os.symlink(str(outside / "preprocessor_config.json"), str(directory / "preprocessor_config.json"))
+    os.symlink(str(outside), str(directory / "linked"))
+    return sorted(list(EVIL) + ["linked", "preprocessor_config.json"])
+
+
+def test_unlisted_files_beside_hashed_ones_are_moved_aside_and_never_served(snap, hub, repo_dir, run_module, tmp_path):
+    """Issue 24, point 4: an unlisted processor_config.json with an auto_map and an evil.py beside correctly hashed
+    listed files: the check said complete, and the served directory linked them."""
+    record = str(tmp_path / "verified.json")
+    first = snap(revision=hub.commit, listing=listing(hub), verified_record=record)
+    assert not first.failed and first.result["complete"], first
+    directory = snap.dest / hub.commit
+    names = plant(directory, tmp_path / "outside")
+
+    queried = snap(revision=hub.commit, state="queried", offline=True, verified_record=record)
+    assert not queried.failed and not queried.result["complete"] and queried.result["missing"] == [], queried
+    assert sorted(entry["path"] for entry in queried.result["unlisted"]) == names
+    assert all(entry["moved_to"] is None for entry in queried.result["unlisted"])
+    msg = queried.result["msg"]
+    assert "9 file(s) not in the hub's listing" in msg and "evil.py (%d bytes)" % len(EVIL["evil.py"]) in msg, msg
+    verified = snap(revision=hub.commit, state="verified", offline=True, verified_record=record)
+    assert verified.failed and "9 file(s) not in the hub's listing" in verified.result["msg"], verified
+    before = tree(snap.dest)
+    checked = snap(check=True, revision=hub.commit, listing=listing(hub), verified_record=record)
+    assert not checked.failed and checked.result["changed"] and not checked.result["complete"], checked
+    assert "9 file(s) not in the hub's listing would be moved out of the snapshot" in checked.result["msg"]
+    assert tree(snap.dest) == before
+
+    hub.clear_log()
+    fixed = snap(revision=hub.commit, listing=listing(hub), verified_record=record)
+    assert not fixed.failed and fixed.result["changed"] and fixed.result["complete"], fixed
+    assert file_gets(hub) == []
+    moved = dict((entry["path"], entry["moved_to"]) for entry in fixed.result["unlisted"])
+    assert sorted(moved) == names
+    root = snap.dest / ".fleet-vllm-rejected" / hub.commit
+    for rel in EVIL:
+        assert Path(moved[rel]).read_text() == EVIL[rel] and Path(moved[rel]).parent.is_relative_to(root)
+        assert Path(moved[rel]).relative_to(root).parts[1:] == Path(rel).parts
+    assert os.readlink(moved["linked"]) == str(tmp_path / "outside")
+    assert (tmp_path / "outside" / "preprocessor_config.json").read_text() == "{}"
+    assert "moved out of the snapshot, never served: " in fixed.result["msg"] and str(root) in fixed.result["msg"]
+    assert "processor_config.json" in json.dumps(fixed.result["warnings"])
+    on_disk = sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if not p.is_dir()
+                     and p.parts[len(directory.parts)] != ".cache")
+    assert on_disk == sorted([item["path"] for item in listing(hub)] + [MANIFEST])
+
+    again = snap(revision=hub.commit, listing=listing(hub), verified_record=record)
+    assert not again.failed and not again.result["changed"] and "unlisted" not in again.result, again
+    served = tmp_path / "served"
+    linked = run_module("served_model", dict(source=str(directory), path=str(served)))
+    assert not linked.failed and linked.result["unlisted"] == [], linked
+    assert sorted(p.name for p in served.iterdir()) == sorted([item["path"] for item in listing(hub)] +
+                                                                [".fleet-vllm-served.json"])
+
+
+def test_a_peer_cannot_push_a_file_the_listing_does_not_name(snap, hub, repo_dir, rsync_daemon, run_module, tmp_path):
+    """Issue 24, point 4: the copy from a peer was a recursive rsync of whatever the peer's snapshot held."""
+    peer_root, url = rsync_daemon
+    seed = run_module("hf_snapshot", dict(repo_id=REPO, dest=str(peer_root / "Kimi"), endpoint=hub.url,
+                                          python=sys.executable))
+    assert not seed.failed, seed
+    plant(peer_root / "Kimi" / hub.commit, tmp_path / "outside")
+    hub.clear_log()
+    copied = snap(revision=hub.commit, peer=url + "/Kimi", listing=listing(hub))
+    assert not copied.failed and copied.result["complete"] and copied.result["peer_used"] == url + "/Kimi", copied
+    assert hub.requests == [] and "unlisted" not in copied.result
+    directory = Path(copied.result["path"])
+    on_disk = sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if not p.is_dir()
+                     and p.parts[len(directory.parts)] != ".cache")
+    assert on_disk == sorted([item["path"] for item in listing(hub)] + [MANIFEST])
+    assert not (snap.dest / ".fleet-vllm-rejected").exists()
+
+
+def test_a_mirror_that_lists_more_than_the_listing_is_asked_for_the_listed_files_only(snap, hub, repo_dir, tmp_path):
+    """Issue 24, point 4: the download followed the mirror's own listing of the commit - a file the controller's
+    listing does not name was downloaded (and served)."""
+    mirror_dir = tmp_path / "mirror-repo"
+    mirror_dir.mkdir()
+    for item in repo_dir.iterdir():
+        (mirror_dir / item.name).write_bytes(item.read_bytes())
+    (mirror_dir / "processor_config.json").write_text(EVIL["processor_config.json"])
+    (mirror_dir / "evil.py").write_text(EVIL["evil.py"])
+    commit = hub.add_repo("nvidia/Kimi-K2.5-NVFP4-mirror", str(mirror_dir))
+    listed = [item for item in weights_listing(hub.repo_files("nvidia/Kimi-K2.5-NVFP4-mirror", commit))
+              if item["path"] not in ("processor_config.json", "evil.py")]
+    hub.clear_log()
+    got = snap(repo_id="nvidia/Kimi-K2.5-NVFP4-mirror", revision=commit, listing=listed)
+    assert not got.failed and got.result["complete"] and "unlisted" not in got.result, got
+    asked = sorted(r["path"].rsplit("/", 1)[-1] for r in file_gets(hub))
+    assert asked == sorted(item["path"] for item in listed)
+    assert not (snap.dest / commit / "processor_config.json").exists() and not (snap.dest / commit / "evil.py").exists()

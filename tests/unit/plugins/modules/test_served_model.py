@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.fleet.vllm.plugins.module_utils import _snapshot
 from conftest import snapshot
 
 RECORD = ".fleet-vllm-kv-cache.json"
@@ -22,7 +23,9 @@ def make_snapshot(path, config=None, shards=("model-00001-of-00002.safetensors",
     for name in shards:
         (path / name).write_bytes(b"\0" * 64)
     (path / "tokenizer.model").write_bytes(b"tok")
-    (path / ".fleet-vllm-snapshot.json").write_text("{}")
+    listed = sorted(name.name for name in path.iterdir())
+    _snapshot.write_manifest(str(path), _snapshot.make_manifest("nvidia/Kimi-K2.5-NVFP4", path.name, [
+        dict(path=name, size=(path / name).stat().st_size, sha256=_snapshot.sha256_of(str(path / name))) for name in listed]))
     (path / ".cache" / "huggingface").mkdir(parents=True)
     (path / ".cache" / "huggingface" / "x.metadata").write_text("m")
     return path
@@ -111,3 +114,102 @@ def test_umask_027_leaves_the_served_directory_open_to_the_service(run_module, d
     for directory in (served, served / "variants", target):
         assert oct(directory.stat().st_mode & 0o777) == "0o755", directory
     assert oct((target / "config.json").stat().st_mode & 0o777) == "0o644"
+
+
+# ---- issue 24, point 4: only the files of the snapshot's listing are served ---------------------
+
+PLANTED = ("processor_config.json", "evil.py", "chat_template.jinja", "sub/hook.py", "Config.json", "config.json ",
+           "\uff43onfig.json")
+
+
+def plant(source, tmp_path):
+    """Beside the listed files: an unlisted processor_config.json whose auto_map names evil.py, evil.py, a chat
+    template, a file in a subdirectory, look-alikes of config.json, a link to a file outside and one to a directory."""
+    for rel in PLANTED:
+        (source / rel).parent.mkdir(parents=True, exist_ok=True)
+        (source / rel).write_text('{"auto_map": {"AutoProcessor": "evil.EvilProcessor"}}' if rel.endswith(".json") else "x")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "preprocessor_config.json").write_text("{}")
+    os.symlink(str(outside / "preprocessor_config.json"), str(source / "preprocessor_config.json"))
+    os.symlink(str(outside), str(source / "linked"))
+
+
+def served_names(served):
+    return sorted(os.path.relpath(os.path.join(base, name), served) for base, dirs, names in os.walk(served)
+                  for name in names + [d for d in dirs if os.path.islink(os.path.join(base, d))])
+
+
+def test_only_the_listed_files_are_served(run_module, dirs, tmp_path):
+    """Issue 24, point 4: every file a directory walk found was linked or copied - an unlisted processor_config.json
+    with an auto_map, evil.py and a chat template were served."""
+    source, served = dirs
+    plant(source, tmp_path)
+    check = run_module("served_model", dict(source=str(source), path=str(served)), check=True, diff=True)
+    assert check.result["changed"] and "evil.py" not in check.result["diff"]["after"], check
+    result = run_module("served_model", dict(source=str(source), path=str(served)))
+    assert not result.failed and result.result["links"] == 3 and result.result["copies"] == 2, result
+    assert served_names(served) == sorted([".fleet-vllm-served.json", "config.json", "hf_quant_config.json",
+                                           "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                                           "tokenizer.model"])
+    assert sorted(result.result["unlisted"]) == sorted(PLANTED + ("linked", "preprocessor_config.json"))
+    assert "9 file(s) of the source not in its manifest" in result.result["msg"]
+    assert "does not name, not served: " in json.dumps(result.result["warnings"]), result.result["warnings"]
+    again = run_module("served_model", dict(source=str(source), path=str(served)))
+    assert not again.result["changed"], again
+
+
+def test_what_an_earlier_walk_served_is_taken_away(run_module, dirs, tmp_path):
+    """A served directory that the old code built from a walk: its links to unlisted files, and its copies of them, go."""
+    source, served = dirs
+    plant(source, tmp_path)
+    served.mkdir()
+    os.symlink(str(source / "evil.py"), str(served / "evil.py"))
+    (served / "processor_config.json").write_bytes((source / "processor_config.json").read_bytes())
+    (served / ".fleet-vllm-served.json").write_text(json.dumps(dict(version=1, source=str(source), copies={
+        "processor_config.json": _snapshot.sha256_of(str(source / "processor_config.json"))})))
+    result = run_module("served_model", dict(source=str(source), path=str(served)))
+    assert not result.failed and sorted(result.result["removed"]) == ["evil.py", "processor_config.json"], result
+    assert not os.path.lexists(served / "evil.py") and not os.path.lexists(served / "processor_config.json")
+
+
+@pytest.mark.parametrize("case", ["no manifest", "listed link", "listed below a link"])
+def test_a_source_that_is_not_a_complete_snapshot_is_refused(run_module, dirs, tmp_path, case):
+    source, served = dirs
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    if case == "no manifest":
+        (source / ".fleet-vllm-snapshot.json").unlink()
+        needle = "has no .fleet-vllm-snapshot.json: it is not a snapshot fleet.vllm.hf_snapshot completed"
+    elif case == "listed link":
+        (outside / "tokenizer.model").write_bytes(b"tok")
+        (source / "tokenizer.model").unlink()
+        os.symlink(str(outside / "tokenizer.model"), str(source / "tokenizer.model"))
+        needle = "tokenizer.model listed but not a regular file there"
+    else:
+        manifest = json.loads((source / ".fleet-vllm-snapshot.json").read_text())
+        manifest["files"].append(dict(path="sub/x.json", size=2, sha256="0" * 64))
+        (source / ".fleet-vllm-snapshot.json").write_text(json.dumps(manifest))
+        (outside / "x.json").write_text("{}")
+        os.symlink(str(outside), str(source / "sub"))
+        needle = "sub/x.json listed but not a regular file there"
+    result = run_module("served_model", dict(source=str(source), path=str(served)))
+    assert result.failed and needle in result.result["msg"], result
+    assert not served.exists()
+
+
+def test_check_mode_plans_a_partial_snapshot_as_it_will_be(run_module, dirs):
+    """Check mode before the download that the same run would make: a listed file absent is planned, not refused; a
+    source without its manifest yet is reported as changing."""
+    source, served = dirs
+    (source / "model-00002-of-00002.safetensors").unlink()
+    (source / "hf_quant_config.json").unlink()
+    check = run_module("served_model", dict(source=str(source), path=str(served)), check=True)
+    assert not check.failed and check.result["changed"] and not served.exists(), check
+    assert sorted(check.result["created"]) == ["config.json", "hf_quant_config.json", "model-00001-of-00002.safetensors",
+                                               "model-00002-of-00002.safetensors", "tokenizer.model"]
+    real = run_module("served_model", dict(source=str(source), path=str(served)))
+    assert real.failed and "model-00002-of-00002.safetensors" in real.result["msg"] and not served.exists(), real
+    (source / ".fleet-vllm-snapshot.json").unlink()
+    check = run_module("served_model", dict(source=str(source), path=str(served)), check=True)
+    assert not check.failed and check.result["changed"] and "has no .fleet-vllm-snapshot.json" in check.result["msg"]
