@@ -72,7 +72,7 @@ def fix_attributes(module, path, st, uid, gid, mode):
 
 # The mode of the missing parents the collection creates (root's): what `mkdir -p` gives under the
 # usual umask 022. os.makedirs(path, 0o755) gives 0750 under a CIS umask of 027 (mkdir(2) applies the
-# umask), and the service user or the peers' rsync daemon cannot get through (docs/evidence.md section 12).
+# umask), and the service user or the peers' rsync daemon cannot get through (docs/evidence.md section 14).
 PARENT_MODE = 0o755
 
 

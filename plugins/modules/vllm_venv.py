@@ -334,7 +334,7 @@ C_ENV = {"LC_ALL": "C", "LANG": "C"}
 def open_mode(st):
     """The mode a venv entry gets whatever the umask it was made with (python -m venv, pip and uv honour it, and uv
     hardlinks files from its cache as they were unpacked there): directories and executables 0755, files 0644.
-    Root owns the venv; the service user runs it as another account (docs/evidence.md section 12)."""
+    Root owns the venv; the service user runs it as another account (docs/evidence.md section 14)."""
     if stat.S_ISDIR(st.st_mode) or st.st_mode & 0o111:
         return 0o755
     return 0o644

@@ -284,7 +284,7 @@ def test_real_install_with_an_override_needs_it(run_module, tmp_path, cpu_wheelh
 
 
 # Issue 24, point 9: a CIS umask (027) made the venv 0750/0640 (python -m venv, pip and uv honour it) and the missing
-# parents 0750: the service user could not run its Python (docs/evidence.md section 12).
+# parents 0750: the service user could not run its Python (docs/evidence.md section 14).
 
 CIS_UMASK = 0o027
 
