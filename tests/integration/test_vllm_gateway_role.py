@@ -19,6 +19,8 @@ from ansible_collections.fleet.vllm.plugins.module_utils._failures import PROBE_
 pytestmark = [pytest.mark.integration]
 
 PLAYBOOK = ROOT / "tests" / "integration" / "playbooks" / "vllm_gateway_frontdoor.yml"
+# A key the checks accept: RFC 6750 characters, 32 or more of them.
+KEY = "k1-fleet.vllm-gateway-role~0123456789"
 
 
 def refused(**extra):
@@ -44,8 +46,23 @@ def test_a_key_a_bearer_token_cannot_carry_is_refused_and_not_shown(key):
     assert key not in run.stdout and key not in run.stderr
 
 
+# Issue 24 point 10: the front doors hold the key's unsalted SHA-256; a short key is found from it, or by guessing.
+@pytest.mark.parametrize("key", ["Zq9x-short", "fleet-vllm-demo-key", "0123456789abcdef0123456789abcde"])
+def test_a_key_shorter_than_32_characters_is_refused_and_not_shown(key):
+    msg, run = refused(vllm_server_api_key=key)
+    assert "vllm_gateway_api_key (by default vllm_server_api_key) is shorter than 32 characters" in msg, msg
+    assert "openssl rand -hex 32" in msg
+    assert key not in run.stdout and key not in run.stderr
+
+
+def test_a_key_of_32_characters_passes_the_length_check():
+    """The check after it fails instead (the front door on vLLM's own port): the key passed."""
+    msg, dummy = refused(vllm_server_api_key="0123456789abcdef0123456789abcdef", vllm_server_port=8080)
+    assert "shorter than" not in msg and "vllm_gateway_frontdoor_port and vllm_gateway_engine_port" in msg, msg
+
+
 def test_the_front_door_on_vllms_own_port_is_refused():
-    msg, dummy = refused(vllm_server_api_key="k1", vllm_server_port=8080)
+    msg, dummy = refused(vllm_server_api_key=KEY, vllm_server_port=8080)
     assert "vllm_gateway_frontdoor_port and vllm_gateway_engine_port" in msg
 
 
@@ -63,7 +80,7 @@ def test_the_front_door_on_vllms_own_port_is_refused():
     ({"vllm_gateway_check_model": "kimi\n"}, "vllm_gateway_check_model (a newline)"),
 ])
 def test_a_value_that_would_break_a_line_of_haproxys_configuration_is_refused(variables, named):
-    msg, run = refused(vllm_server_api_key="k1", **variables)
+    msg, run = refused(vllm_server_api_key=KEY, **variables)
     assert named in msg and "HAProxy's configuration" in msg, msg
 
 
@@ -73,7 +90,7 @@ def test_a_value_that_would_break_a_line_of_haproxys_configuration_is_refused(va
     {"vllm_gateway_tarpit_timeout": 0},
 ])
 def test_a_tarpit_out_of_range_is_refused(variables):
-    msg, dummy = refused(vllm_server_api_key="k1", **variables)
+    msg, dummy = refused(vllm_server_api_key=KEY, **variables)
     assert "vllm_gateway_tarpit_after must be 0 (no tarpit) or more" in msg, msg
 
 
@@ -85,7 +102,7 @@ def gateway_checks(fleet_hosts):
     """A gateway's run in check mode, up to its checks of the fleet hosts' variables: that task's
     result per fleet host (the tasks after it may fail on this controller; they are not asked)."""
     run = run_playbook(GATEWAY, "--check", extra_vars={
-        "vllm_server_served_model_name": "kimi-k2.5", "vllm_server_api_key": "k1", "fleet_hosts": fleet_hosts},
+        "vllm_server_served_model_name": "kimi-k2.5", "vllm_server_api_key": KEY, "fleet_hosts": fleet_hosts},
         timeout=300)
     tasks = [task for play in run.out["plays"] for task in play["tasks"]]
     checks = [task for task in tasks if task["task"]["name"].endswith(HOST_CHECK)]
@@ -124,7 +141,7 @@ def test_the_gateways_check_body_is_the_readiness_probe(tmp_path):
     rendered from the role's own template and variables, and a configuration HAProxy accepts."""
     config = tmp_path / "haproxy.cfg"
     run = run_playbook(RENDER, extra_vars={
-        "dest": str(config), "__vllm_gateway_mode": "gateway", "vllm_gateway_api_key": "k1",
+        "dest": str(config), "__vllm_gateway_mode": "gateway", "vllm_gateway_api_key": KEY,
         "vllm_gateway_check_model": "kimi-k2.5", "vllm_gateway_backend_hosts": [],
         "_vllm_gateway_socket": str(tmp_path / "admin.sock")}, timeout=300)
     assert run.rc == 0, run.stdout[-3000:]
@@ -144,7 +161,7 @@ def test_the_gateways_check_body_is_the_readiness_probe(tmp_path):
 
 def test_a_check_model_that_is_not_a_name_is_refused_naming_the_filter(tmp_path):
     run = run_playbook(RENDER, extra_vars={
-        "dest": str(tmp_path / "haproxy.cfg"), "__vllm_gateway_mode": "gateway", "vllm_gateway_api_key": "k1",
+        "dest": str(tmp_path / "haproxy.cfg"), "__vllm_gateway_mode": "gateway", "vllm_gateway_api_key": KEY,
         "vllm_gateway_check_model": "", "vllm_gateway_backend_hosts": []}, timeout=300)
     assert run.rc != 0
     assert "fleet.vllm.probe_body: the probe's model (the served model name) must be a non-empty string" in run.stdout
