@@ -83,8 +83,9 @@ def test_engine_network_is_loopback_only_and_fetches_no_media_url(host):
     (a domain no URL carries) and no redirect followed; systemd's rating counts the allow list."""
     show = host.check_output("systemctl show -p IPAddressDeny -p IPAddressAllow -p Environment -p ExecStart vllm.service")
     props = dict(line.split("=", 1) for line in show.splitlines() if "=" in line)
-    assert props["IPAddressDeny"].split() == ["0.0.0.0/0", "::/0"], show
-    assert props["IPAddressAllow"].split() == ["127.0.0.0/8", "::1/128"], show
+    # systemd lists a set's prefixes in no fixed order (measured: both orders on the two hosts).
+    assert sorted(props["IPAddressDeny"].split()) == ["0.0.0.0/0", "::/0"], show
+    assert sorted(props["IPAddressAllow"].split()) == ["127.0.0.0/8", "::1/128"], show
     assert "VLLM_MEDIA_URL_ALLOW_REDIRECTS=0" in props["Environment"].split(), show
     assert "--allowed-media-domains no media URLs" in props["ExecStart"], show
     out = host.check_output("LC_ALL=C.UTF-8 systemd-analyze security --no-pager vllm.service")
