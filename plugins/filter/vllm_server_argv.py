@@ -26,6 +26,9 @@ description:
     C(_) for C(-) (C(--api_key)), with C(=value) (C(--api-ke=...)), or with a dotted JSON key
     (C(--api-key.x)). Refusing every prefix is a superset of what one vLLM build accepts; the
     prefixes it does not take as the secret flag are ambiguous or unknown there, errors either way."
+  - "C(--config FILE) is refused in O(extra) the same way, however spelled: vLLM reads engine arguments from that YAML
+    file, where no check of the role sees them. So is an argument starting with C(@), which an argparse parser with
+    C(fromfile_prefix_chars) reads as a file of arguments (vLLM's parser has none)."
   - "A flag that O(_input) sets is refused in O(extra) the same way, however spelled (C(--hos 0.0.0.0) is
     C(--host 0.0.0.0) to argparse): the role's own variable sets it, and its checks apply (C(--host) is
     loopback unless C(vllm_server_allow_non_loopback_host))."
@@ -79,7 +82,14 @@ SECRET_FLAGS = {"--api-key": "vllm_server_api_key", "--hf-token": "vllm_server_h
 OWN_FLAG_HINTS = {
     "--host": "set vllm_server_host (an address other than loopback also needs "
               "vllm_server_allow_non_loopback_host: true; the front door is what the network reaches)",
+    "--allowed-media-domains": "set vllm_server_allowed_media_domains (and the hosts' addresses in "
+                               "vllm_server_ip_address_allow)",
 }
+# Flags that read engine arguments from a file: vLLM's --config (FlexibleArgumentParser, 0.16.0 and 0.33.0,
+# vllm/utils/argparse_utils.py _pull_args_from_config) reads a YAML file whose keys set any engine argument, past
+# every check of this filter and of the role (issue 24: the next attack on the sink of point 12).
+FILE_FLAGS = {"--config": "it reads engine arguments from a YAML file, past the checks of the role (the flags it "
+                          "sets, secrets, the network settings); give the arguments in vllm_server_extra_args itself"}
 REFUSED_FLAGS = {
     "--disable-log-requests": "it is deprecated (vLLM PR #21739), rejected by some builds, and "
                               "request logging is already off by default",
@@ -173,6 +183,16 @@ def vllm_server_argv(args, extra=None, variable="vllm_server_extra_args"):
                 "%s sets %s (as %s): secrets never go on the command line (it is visible to every user in ps "
                 "and lands in the world-readable unit); set %s, which goes to the root-only environment file"
                 % (variable, flag, _option_name(arg), SECRET_FLAGS[flag]))
+    for arg in more:
+        flag = resolved_flag(arg, FILE_FLAGS)
+        if flag:
+            raise AnsibleFilterError("%s sets %s (as %s): leave it out, %s" % (variable, flag, _option_name(arg), FILE_FLAGS[flag]))
+        # argparse reads "@FILE" as the arguments in FILE where a parser has fromfile_prefix_chars="@"; vLLM's has
+        # none (0.16.0, 0.33.0), and an argument starting with @ is refused in case a build turns it on.
+        if arg.startswith("@"):
+            raise AnsibleFilterError(
+                "%s has an argument starting with @: argparse can read it as a file of more arguments, past the "
+                "checks of the role; give the arguments themselves" % variable)
     for flag in sorted(_flags_in(more)):
         if flag in REFUSED_FLAGS:
             raise AnsibleFilterError("%s sets %s: leave it out, %s" % (variable, flag, REFUSED_FLAGS[flag]))

@@ -43,7 +43,7 @@ pytestmark = [
 ]
 
 PLAYBOOK = ROOT / "tests" / "integration" / "playbooks" / "vllm_gateway_render.yml"
-KEY = "k24-fleet.vllm_backend~tls-key"
+KEY = "k24-fleet.vllm_backend~tls-key-0123456789"
 PROMPT = "the client's prompt, for door1 only"
 DOOR1, DOOR2, OTHER = "door1.fleet-vllm.test", "door2.fleet-vllm.test", "other.fleet-vllm.test"
 

@@ -20,6 +20,8 @@ from ansible_collections.fleet.vllm.plugins.module_utils._failures import PROBE_
 pytestmark = [pytest.mark.integration]
 
 PLAYBOOK = ROOT / "tests" / "integration" / "playbooks" / "vllm_gateway_frontdoor.yml"
+# A key the checks accept: RFC 6750 characters, 32 or more of them.
+KEY = "k1-fleet.vllm-gateway-role~0123456789"
 
 
 def refused(**extra):
@@ -45,8 +47,23 @@ def test_a_key_a_bearer_token_cannot_carry_is_refused_and_not_shown(key):
     assert key not in run.stdout and key not in run.stderr
 
 
+# Issue 24 point 10: the front doors hold the key's unsalted SHA-256; a short key is found from it, or by guessing.
+@pytest.mark.parametrize("key", ["Zq9x-short", "fleet-vllm-demo-key", "0123456789abcdef0123456789abcde"])
+def test_a_key_shorter_than_32_characters_is_refused_and_not_shown(key):
+    msg, run = refused(vllm_server_api_key=key)
+    assert "vllm_gateway_api_key (by default vllm_server_api_key) is shorter than 32 characters" in msg, msg
+    assert "openssl rand -hex 32" in msg
+    assert key not in run.stdout and key not in run.stderr
+
+
+def test_a_key_of_32_characters_passes_the_length_check():
+    """The check after it fails instead (the front door on vLLM's own port): the key passed."""
+    msg, dummy = refused(vllm_server_api_key="0123456789abcdef0123456789abcdef", vllm_server_port=8080)
+    assert "shorter than" not in msg and "vllm_gateway_frontdoor_port and vllm_gateway_engine_port" in msg, msg
+
+
 def test_the_front_door_on_vllms_own_port_is_refused():
-    msg, dummy = refused(vllm_server_api_key="k1", vllm_server_port=8080)
+    msg, dummy = refused(vllm_server_api_key=KEY, vllm_server_port=8080)
     assert "vllm_gateway_frontdoor_port and vllm_gateway_engine_port" in msg
 
 
@@ -64,7 +81,7 @@ def test_the_front_door_on_vllms_own_port_is_refused():
     ({"vllm_gateway_check_model": "kimi\n"}, "vllm_gateway_check_model (a newline)"),
 ])
 def test_a_value_that_would_break_a_line_of_haproxys_configuration_is_refused(variables, named):
-    msg, run = refused(vllm_server_api_key="k1", **variables)
+    msg, run = refused(vllm_server_api_key=KEY, **variables)
     assert named in msg and "HAProxy's configuration" in msg, msg
 
 
@@ -74,7 +91,7 @@ def test_a_value_that_would_break_a_line_of_haproxys_configuration_is_refused(va
     {"vllm_gateway_tarpit_timeout": 0},
 ])
 def test_a_tarpit_out_of_range_is_refused(variables):
-    msg, dummy = refused(vllm_server_api_key="k1", **variables)
+    msg, dummy = refused(vllm_server_api_key=KEY, **variables)
     assert "vllm_gateway_tarpit_after must be 0 (no tarpit) or more" in msg, msg
 
 
@@ -96,7 +113,7 @@ def checked(playbook, host="localhost", **extra):
     """A check-mode run of PLAYBOOK: (the result of the role's first check on HOST, the run). The
     tasks after it may fail on this controller (nothing is installed here); they are not asked."""
     run = run_playbook(playbook, "--check", extra_vars=dict({"vllm_server_served_model_name": "kimi-k2.5",
-                                                            "vllm_server_api_key": "k1", "fleet_hosts": []}, **extra),
+                                                            "vllm_server_api_key": KEY, "fleet_hosts": []}, **extra),
                        timeout=300)
     results = [task["hosts"][host] for play in run.out["plays"] for task in play["tasks"]
                if task["task"]["name"].endswith(CHECK) and host in task["hosts"]]
@@ -105,7 +122,7 @@ def checked(playbook, host="localhost", **extra):
 
 
 def test_a_plain_http_front_door_is_refused_naming_the_certificate_and_the_opt_out():
-    msg, run = refused(vllm_server_api_key="k1")
+    msg, run = refused(vllm_server_api_key=KEY)
     assert "the front door of localhost would take requests in plain HTTP on *:8080" in msg, msg
     assert "vllm_gateway_tls_certificate" in msg and "vllm_gateway_allow_plain_http: true" in msg, msg
     assert "vllm_gateway_bind_address: 127.0.0.1" in msg, msg
@@ -125,7 +142,7 @@ def test_a_front_door_with_tls_on_loopback_or_the_opt_out_passes_the_check(varia
 
 @pytest.mark.parametrize("address", ["*", "0.0.0.0", "10.0.0.5", "127.0.0.1.example", "::"])
 def test_a_front_door_on_a_network_address_in_plain_http_is_refused(address):
-    msg, dummy = refused(vllm_server_api_key="k1", vllm_gateway_bind_address=address)
+    msg, dummy = refused(vllm_server_api_key=KEY, vllm_gateway_bind_address=address)
     assert PLAIN_LISTENER in msg and "vllm_gateway_allow_plain_http: true" in msg, msg
 
 
@@ -160,7 +177,7 @@ def test_deploy_stops_at_a_plain_http_gateway_before_any_fleet_host_runs_a_task(
                          "[vllm_gateways]\nlb-a ansible_connection=local ansible_python_interpreter=%s ansible_become=false\n"
                          % (sys.executable, sys.executable))
     run = run_playbook(ROOT / "deploy.yml", "-i", inventory, "--check", extra_vars={
-        "vllm_server_served_model_name": "kimi-k2.5", "vllm_server_api_key": "k1",
+        "vllm_server_served_model_name": "kimi-k2.5", "vllm_server_api_key": KEY,
         "vllm_gateway_tls_certificate": "/etc/haproxy/tls/host.pem"}, timeout=300)
     assert run.rc != 0
     failed = [(name, result) for name, result in run.task_list("lb-a") if result.get("failed")]
@@ -176,7 +193,7 @@ def gateway_checks(fleet_hosts):
     """A gateway's run in check mode, up to its checks of the fleet hosts' variables: that task's
     result per fleet host (the tasks after it may fail on this controller; they are not asked)."""
     run = run_playbook(GATEWAY, "--check", extra_vars=dict(GATEWAY_TLS, **{
-        "vllm_server_served_model_name": "kimi-k2.5", "vllm_server_api_key": "k1", "fleet_hosts": fleet_hosts}),
+        "vllm_server_served_model_name": "kimi-k2.5", "vllm_server_api_key": KEY, "fleet_hosts": fleet_hosts}),
         timeout=300)
     tasks = [task for play in run.out["plays"] for task in play["tasks"]]
     checks = [task for task in tasks if task["task"]["name"].endswith(HOST_CHECK)]
@@ -215,7 +232,7 @@ def test_the_gateways_check_body_is_the_readiness_probe(tmp_path):
     rendered from the role's own template and variables, and a configuration HAProxy accepts."""
     config = tmp_path / "haproxy.cfg"
     run = run_playbook(RENDER, extra_vars={
-        "dest": str(config), "__vllm_gateway_mode": "gateway", "vllm_gateway_api_key": "k1",
+        "dest": str(config), "__vllm_gateway_mode": "gateway", "vllm_gateway_api_key": KEY,
         "vllm_gateway_check_model": "kimi-k2.5", "vllm_gateway_backend_hosts": [],
         "_vllm_gateway_socket": str(tmp_path / "admin.sock")}, timeout=300)
     assert run.rc == 0, run.stdout[-3000:]
@@ -235,7 +252,7 @@ def test_the_gateways_check_body_is_the_readiness_probe(tmp_path):
 
 def test_a_check_model_that_is_not_a_name_is_refused_naming_the_filter(tmp_path):
     run = run_playbook(RENDER, extra_vars={
-        "dest": str(tmp_path / "haproxy.cfg"), "__vllm_gateway_mode": "gateway", "vllm_gateway_api_key": "k1",
+        "dest": str(tmp_path / "haproxy.cfg"), "__vllm_gateway_mode": "gateway", "vllm_gateway_api_key": KEY,
         "vllm_gateway_check_model": "", "vllm_gateway_backend_hosts": []}, timeout=300)
     assert run.rc != 0
     assert "fleet.vllm.probe_body: the probe's model (the served model name) must be a non-empty string" in run.stdout
@@ -254,7 +271,7 @@ def test_the_example_inventory_speaks_tls_on_every_hop(variables, refused):
     """inventories/example is what operators copy: its front doors and its gateway pass the checks with
     TLS on every hop, and the same inventory without its certificate and CA is refused on every host."""
     run = run_playbook(EXAMPLE_CHECK, "-i", ROOT / "inventories" / "example", "--check",
-                       extra_vars=dict({"vault_vllm_server_api_key": "k1-example"}, **variables), timeout=300)
+                       extra_vars=dict({"vault_vllm_server_api_key": "k1-example-0123456789abcdef0123456789"}, **variables), timeout=300)
     hosts = ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04", "lb-01"]
     results = {host: dict(run.task_list(host)).get(CHECK) for host in hosts}
     assert all(result is not None for result in results.values()), run.stdout[-3000:]

@@ -28,7 +28,7 @@ pytestmark = [
 ]
 
 PLAYBOOK = ROOT / "tests" / "integration" / "playbooks" / "vllm_gateway_render.yml"
-KEY = "k1-fleet.vllm_test~key"
+KEY = "k1-fleet.vllm_test~key-0123456789abcdef"
 NAME = "frontdoor.fleet-vllm.test"
 
 

@@ -63,6 +63,23 @@ def play(playbook, **extra):
     ({"vllm_server_extra_args": {"hos": "0.0.0.0"}}, ["vllm_server_extra_args sets --host (as --hos)", "vllm_server_host"]),
     ({"vllm_server_extra_args": ["--ho", "0.0.0.0"]}, ["vllm_server_extra_args sets --host (as --ho)", "vllm_server_host"]),
     ({"vllm_server_extra_args": ["--host=0.0.0.0"]}, ["vllm_server_extra_args sets --host", "vllm_server_host"]),
+    # Issue 24: nor through a file of engine arguments (vLLM's --config YAML, argparse's @FILE).
+    ({"vllm_server_extra_args": {"config": "/etc/vllm/args.yaml"}}, ["vllm_server_extra_args sets --config", "YAML file"]),
+    ({"vllm_server_extra_args": ["--conf=/etc/vllm/args.yaml"]}, ["vllm_server_extra_args sets --config (as --conf)"]),
+    ({"vllm_server_extra_args": ["@/etc/vllm/args"]}, ["vllm_server_extra_args has an argument starting with @"]),
+    # Issue 24 points 5 and 15: the unit's network stays loopback plus what vllm_server_ip_address_allow lists, never a
+    # link-local address (the cloud's metadata service) - an allow entry wins over IPAddressDeny= in systemd.
+    ({"vllm_server_ip_address_allow": ["localhost", "any"]}, ["vllm_server_ip_address_allow has \"any\"", "169.254.0.0/16"]),
+    ({"vllm_server_ip_address_allow": ["169.254.169.254"]}, ["vllm_server_ip_address_allow has \"169.254.169.254\""]),
+    ({"vllm_server_ip_address_allow": ["128.0.0.0/1"]}, ["vllm_server_ip_address_allow has \"128.0.0.0/1\"", "metadata"]),
+    ({"vllm_server_ip_address_allow": ["10.0.0.0/8\nExecStartPost=+/bin/true"]}, ["vllm_server_ip_address_allow"]),
+    ({"vllm_server_hardening_overrides": {"IPAddressDeny": None}}, ["vllm_server_hardening_overrides names IPAddressDeny",
+                                                                    "vllm_server_ip_address_allow"]),
+    ({"vllm_server_hardening_overrides": {"IPAddressAllow": "any"}}, ["vllm_server_hardening_overrides names IPAddressAllow"]),
+    ({"vllm_server_allowed_media_domains": ["https://images.example.com"]}, ["vllm_server_allowed_media_domains has"]),
+    ({"vllm_server_allowed_media_domains": ["*.example.com"]}, ["vllm_server_allowed_media_domains has", "wildcard"]),
+    ({"vllm_server_extra_args": ["--allowed-media-domains", "evil.example"]},
+     ["vllm_server_extra_args sets --allowed-media-domains", "vllm_server_allowed_media_domains"]),
 ])
 def test_bad_input_fails_before_anything_changes(variables, words):
     user = "fleet-vllm-test-never"
@@ -110,7 +127,7 @@ def test_rendered_unit_passes_systemd_analyze_verify(tmp_path):
         'ExecStart=%s -m vllm.entrypoints.openai.api_server --model "/srv/models/Kimi K2.5 100%%%%" '
         "--tensor-parallel-size 8 --tool-call-parser kimi_k2 --reasoning-parser kimi_k2 "
         "--enable-auto-tool-choice --trust-remote-code --served-model-name nvidia/Kimi-K2.5-NVFP4 "
-        '--host 127.0.0.1 --port 8000 --hf-overrides "{\\"note\\":\\"a $$b\\"}"' % python)
+        '--host 127.0.0.1 --port 8000 --allowed-media-domains "no media URLs" --hf-overrides "{\\"note\\":\\"a $$b\\"}"' % python)
     assert "--disable-log-requests" not in text and "api-key" not in text
     # Issue 24 point 1: the root cleanup gets no environment of the unit's and an isolated Python
     # (tests/unit/roles/test_root_commands.py).
@@ -121,6 +138,9 @@ def test_rendered_unit_passes_systemd_analyze_verify(tmp_path):
                  "SystemCallFilter=@system-service", "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
                  "Wants=modprobe@nvidia.service modprobe@nvidia_uvm.service"):
         assert line in text.splitlines(), line
+    # Issue 24 points 5 and 15: loopback only, in and out; no media URL fetched, no redirect followed.
+    assert [line for line in text.splitlines() if line.startswith("IPAddress")] == ["IPAddressDeny=any", "IPAddressAllow=localhost"]
+    assert "Environment=VLLM_MEDIA_URL_ALLOW_REDIRECTS=0" in text.splitlines()
     for line in ("EnvironmentFile=/etc/fleet-vllm/nccl.env", "EnvironmentFile=/etc/fleet-vllm/vllm-secrets.env",
                  "Restart=on-failure", "StartLimitBurst=3", "TimeoutStartSec=3600", "KillMode=mixed", "User=vllm"):
         assert line in text.splitlines(), line
@@ -158,6 +178,36 @@ def test_sandbox_settings_render_and_verify(tmp_path):
     assert "ProtectProc=noaccess" in lines and "ProtectProc=invisible" not in lines
     assert not [line for line in lines if line.startswith("SystemCallFilter=")]
     assert "SystemCallErrorNumber=EPERM" in lines
+    checked = tmp_path / "check" / "vllm.service"
+    checked.parent.mkdir()
+    checked.write_text("\n".join(lines).replace("/usr/local/libexec/fleet-vllm/cleanup", str(SCRIPT_CLEANUP))
+                       .replace("User=vllm", "User=root").replace("Group=vllm", "Group=root") + "\n")
+    proc = subprocess.run(["systemd-analyze", "verify", "%s:vllm.service" % checked], capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 0 and proc.stderr.strip() == "", proc.stderr
+
+
+@prerequisite(shutil.which("systemd-analyze"), reason="systemd-analyze is not installed (Debian: systemd)")
+def test_network_settings_render_and_verify(tmp_path):
+    """Issue 24 points 5 and 15: a serving group's members and a media host opened, each on a line of its own; the
+    media domains on the command line; systemd reads it all."""
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.symlink_to(sys.executable)
+    unit = tmp_path / "render" / "vllm.service"
+    unit.parent.mkdir()
+    rc, stats, tasks = play("vllm_server_unit.yml", unit_dest=str(unit), fleet_vllm_python=str(python),
+                            fleet_vllm_served_model_path="/srv/models/kimi",
+                            vllm_server_ip_address_allow=["localhost", "10.20.0.0/24", "fd12:3456::/48", "203.0.113.7"],
+                            vllm_server_allowed_media_domains=["images.example.com", "cdn.example.org"])
+    assert rc == 0, tasks
+    lines = unit.read_text().splitlines()
+    assert [line for line in lines if line.startswith("IPAddress")] == [
+        "IPAddressDeny=any", "IPAddressAllow=localhost", "IPAddressAllow=10.20.0.0/24", "IPAddressAllow=fd12:3456::/48",
+        "IPAddressAllow=203.0.113.7"]
+    exec_start = [line for line in lines if line.startswith("ExecStart=")][0]
+    assert exec_start.endswith("--port 8000 --allowed-media-domains images.example.com cdn.example.org"), exec_start
+    assert "no media URLs" not in exec_start
     checked = tmp_path / "check" / "vllm.service"
     checked.parent.mkdir()
     checked.write_text("\n".join(lines).replace("/usr/local/libexec/fleet-vllm/cleanup", str(SCRIPT_CLEANUP))

@@ -77,6 +77,23 @@ def test_engine_runs_sandboxed_and_uses_dev_shm(host):
     assert "ProtectSystem=strict" in show.splitlines()
 
 
+def test_engine_network_is_loopback_only_and_fetches_no_media_url(host):
+    """Issue 24 points 5 and 15, as the loaded unit says (systemd parsed the lines; these hosts' cgroup v1 does not
+    enforce them, docs/evidence.md section 11): IP traffic in and out only on loopback, every media URL refused
+    (a domain no URL carries) and no redirect followed; systemd's rating reads the allow list as localhost only."""
+    show = host.check_output("systemctl show -p IPAddressDeny -p IPAddressAllow -p Environment -p ExecStart vllm.service")
+    props = dict(line.split("=", 1) for line in show.splitlines() if "=" in line)
+    # systemd lists a set's prefixes in no fixed order (measured: both orders on the two hosts).
+    assert sorted(props["IPAddressDeny"].split()) == ["0.0.0.0/0", "::/0"], show
+    assert sorted(props["IPAddressAllow"].split()) == ["127.0.0.0/8", "::1/128"], show
+    assert "VLLM_MEDIA_URL_ALLOW_REDIRECTS=0" in props["Environment"].split(), show
+    assert "--allowed-media-domains no media URLs" in props["ExecStart"], show
+    out = host.check_output("LC_ALL=C.UTF-8 systemd-analyze security --no-pager vllm.service")
+    rated = [line for line in out.splitlines() if "IPAddressDeny=" in line]
+    # systemd 252 still weighs a localhost-only allow list (0.1; no list at all weighed more), and says what it read.
+    assert len(rated) == 1 and "allow list with only localhost entries" in rated[0], out
+
+
 def test_peer_daemon_runs_unprivileged(host):
     """A connection's rsync runs as the transient user, with no network of its own, and serves."""
     # The daemon admits the hosts' network, not loopback: ask from this host's address on it.

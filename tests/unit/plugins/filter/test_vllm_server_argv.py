@@ -305,3 +305,85 @@ def test_a_flag_the_role_sets_is_refused_however_abbreviated(extra, flag):
 def test_a_longer_flag_than_the_roles_is_not_taken_for_it(extra):
     """Only a prefix of a role flag is that flag: --host-x names another option (or none: vLLM says so)."""
     assert vllm_server_argv({"host": "127.0.0.1", "port": 8000}, extra=extra)[4:] == extra
+
+
+# Issue 24, the next attack on the sink of point 12: vLLM's --config reads a YAML file whose keys set any engine
+# argument (FlexibleArgumentParser._pull_args_from_config, 0.16.0 and 0.33.0), where no check of the role sees them.
+# Every spelling argparse or vLLM reads as --config is refused, and an argument starting with @ (argparse's
+# fromfile_prefix_chars, off in vLLM's parser) too.
+CONFIG_SPELLINGS = [
+    ["--config", "/etc/vllm/args.yaml"], ["--config=/etc/vllm/args.yaml"], ["--conf", "x.yaml"], ["--con=x.yaml"],
+    ["--CONFIG", "x.yaml"], ["--config.port", "9000"], ["--config.host=0.0.0.0"], ["--max-num-seqs", "4", "--config", "x.yml"],
+    {"config": "/etc/vllm/args.yaml"}, {"conf": "x.yaml"}, {"CONFIG": "x.yaml"},
+]
+
+
+@pytest.mark.parametrize("extra", CONFIG_SPELLINGS)
+def test_config_is_refused_however_spelled(extra):
+    with pytest.raises(AnsibleFilterError) as err:
+        vllm_server_argv({"host": "127.0.0.1", "port": 8000}, extra=extra)
+    message = str(err.value)
+    assert message.startswith("vllm_server_extra_args sets --config") and "YAML file" in message, message
+
+
+@pytest.mark.parametrize("extra", [["@/etc/vllm/args"], ["--max-num-seqs", "4", "@args.txt"]])
+def test_an_argument_file_is_refused(extra):
+    with pytest.raises(AnsibleFilterError) as err:
+        vllm_server_argv({"port": 8000}, extra=extra)
+    assert "vllm_server_extra_args has an argument starting with @" in str(err.value)
+
+
+@pytest.mark.parametrize("extra", [["--config-format", "hf"], {"config_format": "mistral"}, ["--compilation-config", "{}"],
+                                   ["--hf-config-path", "/srv/c"], ["--chat-template", "/srv/t@x.jinja"]])
+def test_flags_that_only_look_like_config_pass(extra):
+    argv = vllm_server_argv({"port": 8000}, extra=extra)
+    assert argv[:2] == ["--port", "8000"] and len(argv) > 2
+
+
+def test_the_media_domains_are_the_roles_own_flag():
+    with pytest.raises(AnsibleFilterError) as err:
+        vllm_server_argv({"allowed_media_domains": ["no media URLs"]}, extra=["--allowed-media-dom", "evil.example"])
+    message = str(err.value)
+    assert "sets --allowed-media-domains (as --allowed-media-dom)" in message and "vllm_server_allowed_media_domains" in message
+
+
+@pytest.mark.vllm
+def test_the_real_parser_reads_config_files_and_the_refused_spellings(vllm_venv, vllm_env, tmp_path):
+    """vLLM 0.33's own serve parser as the oracle: --config FILE sets engine arguments from the file (here one the
+    role leaves out, --trust-remote-code, and a secret); every spelling it reads as --config is refused; it has no
+    fromfile_prefix_chars, so "@FILE" is a plain value there."""
+    import json
+    config = tmp_path / "args.yaml"
+    config.write_text("trust-remote-code: true\napi-key: from-the-file\nmax-num-seqs: 7\n")
+    code = r'''
+import contextlib, io, json, sys
+from vllm.entrypoints.common import cli_args
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+parser = cli_args.make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+out = {"fromfile_prefix_chars": parser.fromfile_prefix_chars, "runs": []}
+for argv in json.loads(sys.argv[1]):
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            ns = parser.parse_args(argv)
+    except SystemExit:
+        out["runs"].append("error")
+        continue
+    out["runs"].append({k: ns.__dict__.get(k) for k in ("trust_remote_code", "api_key", "max_num_seqs", "config")})
+print(json.dumps(out))
+'''
+    base = ["--model", "/m", "--host", "127.0.0.1", "--port", "8000"]
+    spellings = [["--config", str(config)], ["--config=%s" % config], ["--conf", str(config)], ["--config.x", "1"]]
+    proc = subprocess.run([str(vllm_venv / "bin" / "python"), "-c", code, json.dumps([base + s for s in spellings])],
+                          capture_output=True, text=True, env=vllm_env, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["fromfile_prefix_chars"] is None
+    loaded = out["runs"][0]
+    assert loaded["trust_remote_code"] is True and loaded["api_key"] == ["from-the-file"] and loaded["max_num_seqs"] == 7
+    # "--config=FILE" and "--config.x" are --config to argparse (0.33.0 reads the file only after an exact "--config",
+    # another build may read it); "--conf" is ambiguous there (--config, --config-format), an error either way.
+    assert out["runs"][1]["config"] == str(config) and out["runs"][2] == "error", out
+    assert out["runs"][3]["config"] == '{"x": 1}', out
+    for spelling in spellings:
+        with pytest.raises(AnsibleFilterError):
+            vllm_server_argv({"host": "127.0.0.1", "port": 8000}, extra=spelling)
