@@ -90,6 +90,12 @@ OWN_FLAG_HINTS = {
 # every check of this filter and of the role (issue 24: the next attack on the sink of point 12).
 FILE_FLAGS = {"--config": "it reads engine arguments from a YAML file, past the checks of the role (the flags it "
                           "sets, secrets, the network settings); give the arguments in vllm_server_extra_args itself"}
+# Flags the role owns even where it leaves them out: --trust-remote-code runs the model repository's code, which
+# the inventory pins (fleet_vllm_trust_remote_code, fleet_vllm_remote_code_sha256; issue 24 point 6); given in the
+# extra arguments while the role's setting is false, it would run that code past every check of the pins.
+ALWAYS_OWN_FLAGS = {
+    "--trust-remote-code": "set fleet_vllm_trust_remote_code (the code files then pinned in fleet_vllm_remote_code_sha256)",
+}
 REFUSED_FLAGS = {
     "--disable-log-requests": "it is deprecated (vLLM PR #21739), rejected by some builds, and "
                               "request logging is already off by default",
@@ -198,12 +204,12 @@ def vllm_server_argv(args, extra=None, variable="vllm_server_extra_args"):
             raise AnsibleFilterError("%s sets %s: leave it out, %s" % (variable, flag, REFUSED_FLAGS[flag]))
     # A flag of the role's is refused however abbreviated (issue 24 point 12: "--hos 0.0.0.0" passed an
     # exact-name comparison and argparse read it as --host, past the loopback check of vllm_server_host).
-    own = _flags_in(argv)
+    own = _flags_in(argv) | set(ALWAYS_OWN_FLAGS)
     twice = dict((resolved_flag(arg, own), _option_name(arg)) for arg in reversed(more) if arg.startswith("--"))
     twice.pop(None, None)
     if twice:
         flags = sorted(twice)
-        hints = [OWN_FLAG_HINTS[flag] for flag in flags if flag in OWN_FLAG_HINTS]
+        hints = [dict(OWN_FLAG_HINTS, **ALWAYS_OWN_FLAGS)[flag] for flag in flags if flag in OWN_FLAG_HINTS or flag in ALWAYS_OWN_FLAGS]
         raise AnsibleFilterError(
             "%s sets %s, which the role already sets from its own variables: change those instead%s"
             % (variable, ", ".join(flag if twice[flag] == flag else "%s (as %s)" % (flag, twice[flag]) for flag in flags),

@@ -387,3 +387,17 @@ print(json.dumps(out))
     for spelling in spellings:
         with pytest.raises(AnsibleFilterError):
             vllm_server_argv({"host": "127.0.0.1", "port": 8000}, extra=spelling)
+
+
+# Issue 24 point 6: the pins of the model's code hold only while the role alone turns remote code on. With
+# fleet_vllm_trust_remote_code false the role leaves --trust-remote-code out, and the extra arguments may not
+# put it back however spelled (the guard of the role's own flags used to cover only the flags it rendered).
+@pytest.mark.parametrize("extra", [
+    ["--trust-remote-code"], ["--trust"], ["--trust_remote_code"], ["--TRUST-REMOTE-CODE"], ["--trust-remote-code=true"],
+    {"trust_remote_code": True}, {"trust": True},
+])
+def test_remote_code_cannot_be_turned_on_past_the_role(extra):
+    with pytest.raises(AnsibleFilterError) as err:
+        vllm_server_argv({"host": "127.0.0.1", "port": 8000, "trust_remote_code": False}, extra=extra)
+    message = str(err.value)
+    assert "--trust-remote-code" in message and "fleet_vllm_trust_remote_code" in message, message
