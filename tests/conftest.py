@@ -330,6 +330,18 @@ def vllm_env():
 
 
 @pytest.fixture(scope="session")
+def hub_wheels():
+    """huggingface_hub 2.4.0 and its dependencies as wheels (cached across runs), for the weights role's
+    downloader venv installed with --no-index, as a site without internet installs it."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fleet-vllm" / "wheels-hub-2.4.0"
+    if not any(cache.glob("huggingface_hub-2.4.0-*.whl")):
+        cache.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+                        "--dest", str(cache), "huggingface_hub==2.4.0"], check=True, timeout=600)
+    return cache
+
+
+@pytest.fixture(scope="session")
 def vllm_venv_old():
     """The real vLLM 0.16.0 from PyPI: a build from before FP8 KV-cache support in TRITON_MLA
     on compute capability 12.x (vLLM commit a1257fd1ea93), where the seed failure happens."""

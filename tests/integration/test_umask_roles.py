@@ -70,17 +70,6 @@ def test_the_runtime_role_under_umask_027_leaves_a_venv_the_service_user_can_run
     assert again.rc == 0 and again.stats()["changed"] == 0, again.stdout[-3000:]
 
 
-@pytest.fixture(scope="module")
-def hub_wheels():
-    """huggingface_hub and its dependencies as wheels, the cache test_vllm_weights_role.py fills."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fleet-vllm" / "wheels-hub-2.4.0"
-    if not any(cache.glob("huggingface_hub-2.4.0-*.whl")):
-        cache.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-                        "--dest", str(cache), "huggingface_hub==2.4.0"], check=True, timeout=600)
-    return cache
-
-
 def test_the_weights_role_under_umask_027_serves_a_model_the_service_user_can_read(shared, tmp_path, hub_wheels):
     """The whole role as deploy.yml runs it (its downloader venv, the snapshot from a hub, the served directory) into
     /srv/vllm/models and /var/lib/fleet-vllm that do not exist yet."""
@@ -100,7 +89,7 @@ def test_the_weights_role_under_umask_027_serves_a_model_the_service_user_can_re
             vllm_weights_state_dir=str(shared / "var" / "lib" / "fleet-vllm" / "weights"),
             vllm_weights_hub_venv=str(shared / "opt" / "fleet-vllm" / "hub"), vllm_weights_hub_python=BASE_PYTHON,
             vllm_weights_pip_extra_args=["--no-index", "--find-links", str(hub_wheels)],
-            vllm_weights_retry_delay=1, fleet_vllm_model_revision=commit)}}}}}))
+            vllm_weights_retry_delay=1, fleet_vllm_model_revision=commit, fleet_vllm_trust_remote_code=False)}}}}}))
         started = time.monotonic()
         run = run_playbook(ROOT / "tests" / "integration" / "playbooks" / "vllm_weights.yml", "-i", inventory,
                            umask=CIS_UMASK, timeout=600)
@@ -165,6 +154,33 @@ done
 """
 
 
+def run_serving_weights_role(shared, tmp_path, gate, **host_vars):
+    """The weights role of a host that serves its peers (source peer, the daemon's files rendered), run through
+    ansible-playbook under the CIS umask with a stand-in systemctl that answers only show (no systemd here). The
+    daemon's files go where this test can look (role constants; the extra vars outrank them)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text(SYSTEMCTL_SHOW)
+    os.chmod(bin_dir / "systemctl", 0o755)
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"vllm_servers": {"hosts": {"node1": dict(
+        ansible_connection="local", ansible_python_interpreter=sys.executable,
+        fleet_vllm_models_root=str(shared / "srv" / "vllm" / "models"), fleet_vllm_hub_endpoint="http://127.0.0.1:9",
+        fleet_vllm_model_revision="0123456789abcdef0123456789abcdef01234567", vllm_weights_source="peer",
+        fleet_vllm_trust_remote_code=False,
+        vllm_weights_peer_networks=["127.0.0.0/8"], vllm_weights_peer_address="127.0.0.1",
+        # What vllm_preflight read in deploy.yml (the daemon's files are rendered from it before the look).
+        vllm_preflight_interfaces={"lo": {"device": "lo", "ipv4": {"address": "127.0.0.1", "prefix": "8"},
+                                          "ipv4_secondaries": [], "ipv6": []}},
+        vllm_weights_state_dir=str(shared / "state"), vllm_weights_hub_venv=str(shared / "hub"), **host_vars)}}}}}))
+    return run_playbook(ROOT / "tests" / "integration" / "playbooks" / "vllm_weights.yml", "-i", inventory, extra_vars={
+        "__vllm_weights_rsync_gate": str(gate),
+        "__vllm_weights_rsyncd_config": str(shared / "etc" / "fleet-vllm" / "rsyncd.conf"),
+        "__vllm_weights_rsyncd_socket": str(shared / "systemd" / "fleet-vllm-rsyncd.socket"),
+        "__vllm_weights_rsyncd_service": str(shared / "systemd" / "fleet-vllm-rsyncd@.service"),
+    }, path=[bin_dir], umask=CIS_UMASK, timeout=300)
+
+
 def test_the_weights_role_refuses_a_closed_libexec_before_a_copier_waits_for_its_gate(shared, tmp_path):
     """/usr/local/libexec made 0750 by someone else under the CIS umask: the peers' daemon (a transient user) could not
     run the handshake gate, and copiers took the closed connections for a busy peer for vllm_weights_peer_wait (an
@@ -172,29 +188,8 @@ def test_the_weights_role_refuses_a_closed_libexec_before_a_copier_waits_for_its
     libexec = shared / "usr" / "local" / "libexec"
     libexec.mkdir(parents=True)
     os.chmod(libexec, 0o750)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "systemctl").write_text(SYSTEMCTL_SHOW)
-    os.chmod(bin_dir / "systemctl", 0o755)
     gate = libexec / "fleet-vllm" / "rsync-handshake-gate"
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"children": {"vllm_servers": {"hosts": {"node1": dict(
-        ansible_connection="local", ansible_python_interpreter=sys.executable,
-        fleet_vllm_models_root=str(shared / "srv" / "vllm" / "models"), fleet_vllm_hub_endpoint="http://127.0.0.1:9",
-        fleet_vllm_model_revision="0123456789abcdef0123456789abcdef01234567", vllm_weights_source="peer",
-        vllm_weights_peer_networks=["127.0.0.0/8"], vllm_weights_peer_address="127.0.0.1",
-        # What vllm_preflight read in deploy.yml (the daemon's files are rendered from it before the look).
-        vllm_preflight_interfaces={"lo": {"device": "lo", "ipv4": {"address": "127.0.0.1", "prefix": "8"},
-                                          "ipv4_secondaries": [], "ipv6": []}},
-        vllm_weights_state_dir=str(shared / "state"), vllm_weights_hub_venv=str(shared / "hub"),
-        vllm_weights_pip_extra_args=["--no-index"])}}}}}))
-    run = run_playbook(ROOT / "tests" / "integration" / "playbooks" / "vllm_weights.yml", "-i", inventory, extra_vars={
-        # The daemon's files where this test can look (role constants; the extra vars outrank them).
-        "__vllm_weights_rsync_gate": str(gate),
-        "__vllm_weights_rsyncd_config": str(shared / "etc" / "fleet-vllm" / "rsyncd.conf"),
-        "__vllm_weights_rsyncd_socket": str(shared / "systemd" / "fleet-vllm-rsyncd.socket"),
-        "__vllm_weights_rsyncd_service": str(shared / "systemd" / "fleet-vllm-rsyncd@.service"),
-    }, path=[bin_dir], umask=CIS_UMASK, timeout=300)
+    run = run_serving_weights_role(shared, tmp_path, gate, vllm_weights_pip_extra_args=["--no-index"])
     assert run.rc != 0 and run.stats("node1")["changed"] == 0, run.stdout[-3000:]
     failed = [(name, r) for name, r in run.task_list("node1") if r.get("failed")]
     assert failed and failed[0][0] == "Fail when the peers' rsync daemon could not reach the snapshots or its gate", [
@@ -213,35 +208,18 @@ def test_the_weights_role_under_umask_027_writes_a_gate_the_peers_daemon_can_run
     the gate could not be opened: the connection closed without an answer, which copiers took for a busy peer."""
     import socket  # pylint: disable=import-outside-toplevel
 
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "systemctl").write_text(SYSTEMCTL_SHOW)
-    os.chmod(bin_dir / "systemctl", 0o755)
     (shared / "usr" / "local").mkdir(parents=True)
     (shared / "systemd").mkdir()  # /etc/systemd/system, which exists on a host
     gate = shared / "usr" / "local" / "libexec" / "fleet-vllm" / "rsync-handshake-gate"
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"children": {"vllm_servers": {"hosts": {"node1": dict(
-        ansible_connection="local", ansible_python_interpreter=sys.executable,
-        fleet_vllm_models_root=str(shared / "srv" / "vllm" / "models"), fleet_vllm_hub_endpoint="http://127.0.0.1:9",
-        fleet_vllm_model_revision="0123456789abcdef0123456789abcdef01234567", vllm_weights_source="peer",
-        vllm_weights_peer_networks=["127.0.0.0/8"], vllm_weights_peer_address="127.0.0.1",
-        vllm_preflight_interfaces={"lo": {"device": "lo", "ipv4": {"address": "127.0.0.1", "prefix": "8"},
-                                          "ipv4_secondaries": [], "ipv6": []}},
-        vllm_weights_state_dir=str(shared / "state"), vllm_weights_hub_venv=str(shared / "hub"),
-        vllm_weights_hub_python=BASE_PYTHON, vllm_weights_pip_extra_args=["--no-index", "--find-links", str(hub_wheels)])
-    }}}}}))
-    run = run_playbook(ROOT / "tests" / "integration" / "playbooks" / "vllm_weights.yml", "-i", inventory, extra_vars={
-        "__vllm_weights_rsync_gate": str(gate),
-        "__vllm_weights_rsyncd_config": str(shared / "etc" / "fleet-vllm" / "rsyncd.conf"),
-        "__vllm_weights_rsyncd_socket": str(shared / "systemd" / "fleet-vllm-rsyncd.socket"),
-        "__vllm_weights_rsyncd_service": str(shared / "systemd" / "fleet-vllm-rsyncd@.service"),
-    }, path=[bin_dir], umask=CIS_UMASK, timeout=300)
+    run = run_serving_weights_role(shared, tmp_path, gate, vllm_weights_hub_python=BASE_PYTHON,
+                                   vllm_weights_pip_extra_args=["--no-index", "--find-links", str(hub_wheels)])
     failed = [name for name, r in run.task_list("node1") if r.get("failed")]
     assert failed == ["Listen for peers (socket activation; a connection starts one rsync)"], [
         (name, r.get("msg")) for name, r in run.task_list("node1") if r.get("failed")]
     assert (shared / "usr" / "local" / "libexec").stat().st_mode & 0o777 == 0o755
-    assert unreadable_reason(gate) is None and unreadable_reason(shared / "etc" / "fleet-vllm" / "rsyncd.conf") is None
+    # rsyncd.conf is written later, by the export step once the commit is known (tasks/export.yml, fleet.vllm.managed_files
+    # with mode 0644 and 0755 parents: tests/unit/plugins/modules/test_managed_files.py); the gate is written here.
+    assert unreadable_reason(gate) is None
     with socket.create_server(("127.0.0.1", 0)) as server:
         client = socket.create_connection(server.getsockname())
         conn, _address = server.accept()

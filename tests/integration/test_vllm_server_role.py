@@ -109,18 +109,39 @@ def test_a_loopback_host_or_the_opt_in_passes_the_host_check(host, allow):
     assert rc != 0 and stats["changed"] == 0 and "fleet_vllm_tensor_parallel_size is 3" in msg, msg
 
 
-@prerequisite(shutil.which("systemd-analyze"), reason="systemd-analyze is not installed (Debian: systemd)")
-def test_rendered_unit_passes_systemd_analyze_verify(tmp_path):
+def render_unit(tmp_path, **variables):
+    """The unit as the role renders it (tests/integration/playbooks/vllm_server_unit.yml), with a venv Python that
+    exists; its text."""
     python = tmp_path / "venv" / "bin" / "python"
     python.parent.mkdir(parents=True)
     python.symlink_to(sys.executable)
     unit = tmp_path / "render" / "vllm.service"
     unit.parent.mkdir()
-    rc, stats, tasks = play("vllm_server_unit.yml", unit_dest=str(unit), fleet_vllm_python=str(python),
-                            fleet_vllm_served_model_path="/srv/models/Kimi K2.5 100%",
-                            vllm_server_extra_args={"hf_overrides": {"note": "a $b"}})
+    rc, dummy, tasks = play("vllm_server_unit.yml", unit_dest=str(unit), fleet_vllm_python=str(python), **variables)
     assert rc == 0, tasks
-    text = unit.read_text()
+    return unit.read_text()
+
+
+def systemd_verify(tmp_path, text, replace=()):
+    """systemd-analyze verify of a rendered unit, run as root with the role's own cleanup script (verify needs the
+    files a unit names to exist), after the replacements given ((old text, new text) pairs)."""
+    text = text.replace("/usr/local/libexec/fleet-vllm/cleanup", str(SCRIPT_CLEANUP))
+    text = text.replace("User=vllm", "User=root").replace("Group=vllm", "Group=root")
+    for old, new in replace:
+        text = text.replace(old, new)
+    checked = tmp_path / "check" / "vllm.service"
+    checked.parent.mkdir()
+    checked.write_text(text if text.endswith("\n") else text + "\n")
+    proc = subprocess.run(["systemd-analyze", "verify", "%s:vllm.service" % checked], capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 0 and proc.stderr.strip() == "", proc.stderr
+
+
+@prerequisite(shutil.which("systemd-analyze"), reason="systemd-analyze is not installed (Debian: systemd)")
+def test_rendered_unit_passes_systemd_analyze_verify(tmp_path):
+    text = render_unit(tmp_path, fleet_vllm_served_model_path="/srv/models/Kimi K2.5 100%",
+                       vllm_server_extra_args={"hf_overrides": {"note": "a $b"}})
+    python = tmp_path / "venv" / "bin" / "python"
     assert text.startswith("#") and "Ansible managed" in text
     exec_start = [line for line in text.splitlines() if line.startswith("ExecStart=")][0]
     assert exec_start == (
@@ -144,33 +165,19 @@ def test_rendered_unit_passes_systemd_analyze_verify(tmp_path):
     for line in ("EnvironmentFile=/etc/fleet-vllm/nccl.env", "EnvironmentFile=/etc/fleet-vllm/vllm-secrets.env",
                  "Restart=on-failure", "StartLimitBurst=3", "TimeoutStartSec=3600", "KillMode=mixed", "User=vllm"):
         assert line in text.splitlines(), line
-    # The cleanup script must exist for verify; point the unit at the role's copy.
-    checked = tmp_path / "check" / "vllm.service"
-    checked.parent.mkdir()
-    checked.write_text(text.replace("/usr/local/libexec/fleet-vllm/cleanup",
-                                    str(ROOT / "roles" / "vllm_server" / "files" / "cleanup")).replace("User=vllm", "User=root")
-                       .replace("Group=vllm", "Group=root"))
-    proc = subprocess.run(["systemd-analyze", "verify", "%s:vllm.service" % checked], capture_output=True, text=True,
-                          check=False)
-    assert proc.returncode == 0 and proc.stderr.strip() == "", proc.stderr
+    systemd_verify(tmp_path, text)
 
 
 @prerequisite(shutil.which("systemd-analyze"), reason="systemd-analyze is not installed (Debian: systemd)")
 def test_sandbox_settings_render_and_verify(tmp_path):
     """The sandbox's variables: more device groups and writable paths, a directive replaced, one left out."""
-    python = tmp_path / "venv" / "bin" / "python"
-    python.parent.mkdir(parents=True)
-    python.symlink_to(sys.executable)
-    unit = tmp_path / "render" / "vllm.service"
-    unit.parent.mkdir()
-    rc, stats, tasks = play("vllm_server_unit.yml", unit_dest=str(unit), fleet_vllm_python=str(python),
-                            fleet_vllm_served_model_path="/srv/models/kimi",
-                            vllm_server_device_allow=["char-nvidia* rw", "/dev/infiniband/uverbs0 rw"],
-                            vllm_server_read_write_paths=["/srv/cache", "-/var/cache/vllm"],
-                            vllm_server_hardening_overrides={"SystemCallFilter": None, "ProtectProc": "noaccess",
-                                                             "RestrictAddressFamilies": ["AF_UNIX", "AF_INET"]})
-    assert rc == 0, tasks
-    lines = unit.read_text().splitlines()
+    lines = render_unit(
+        tmp_path,
+        fleet_vllm_served_model_path="/srv/models/kimi",
+        vllm_server_device_allow=["char-nvidia* rw", "/dev/infiniband/uverbs0 rw"],
+        vllm_server_read_write_paths=["/srv/cache", "-/var/cache/vllm"],
+        vllm_server_hardening_overrides={"SystemCallFilter": None, "ProtectProc": "noaccess",
+        "RestrictAddressFamilies": ["AF_UNIX", "AF_INET"]}).splitlines()
     assert [line for line in lines if line.startswith(("DeviceAllow=", "ReadWritePaths=", "RestrictAddressFamilies="))] == [
         "ReadWritePaths=/var/lib/vllm", "ReadWritePaths=/srv/cache", "ReadWritePaths=-/var/cache/vllm",
         "DeviceAllow=char-nvidia* rw", "DeviceAllow=/dev/infiniband/uverbs0 rw",
@@ -178,43 +185,25 @@ def test_sandbox_settings_render_and_verify(tmp_path):
     assert "ProtectProc=noaccess" in lines and "ProtectProc=invisible" not in lines
     assert not [line for line in lines if line.startswith("SystemCallFilter=")]
     assert "SystemCallErrorNumber=EPERM" in lines
-    checked = tmp_path / "check" / "vllm.service"
-    checked.parent.mkdir()
-    checked.write_text("\n".join(lines).replace("/usr/local/libexec/fleet-vllm/cleanup", str(SCRIPT_CLEANUP))
-                       .replace("User=vllm", "User=root").replace("Group=vllm", "Group=root") + "\n")
-    proc = subprocess.run(["systemd-analyze", "verify", "%s:vllm.service" % checked], capture_output=True, text=True,
-                          check=False)
-    assert proc.returncode == 0 and proc.stderr.strip() == "", proc.stderr
+    systemd_verify(tmp_path, "\n".join(lines))
 
 
 @prerequisite(shutil.which("systemd-analyze"), reason="systemd-analyze is not installed (Debian: systemd)")
 def test_network_settings_render_and_verify(tmp_path):
     """Issue 24 points 5 and 15: a serving group's members and a media host opened, each on a line of its own; the
     media domains on the command line; systemd reads it all."""
-    python = tmp_path / "venv" / "bin" / "python"
-    python.parent.mkdir(parents=True)
-    python.symlink_to(sys.executable)
-    unit = tmp_path / "render" / "vllm.service"
-    unit.parent.mkdir()
-    rc, stats, tasks = play("vllm_server_unit.yml", unit_dest=str(unit), fleet_vllm_python=str(python),
-                            fleet_vllm_served_model_path="/srv/models/kimi",
-                            vllm_server_ip_address_allow=["localhost", "10.20.0.0/24", "fd12:3456::/48", "203.0.113.7"],
-                            vllm_server_allowed_media_domains=["images.example.com", "cdn.example.org"])
-    assert rc == 0, tasks
-    lines = unit.read_text().splitlines()
+    lines = render_unit(
+        tmp_path,
+        fleet_vllm_served_model_path="/srv/models/kimi",
+        vllm_server_ip_address_allow=["localhost", "10.20.0.0/24", "fd12:3456::/48", "203.0.113.7"],
+        vllm_server_allowed_media_domains=["images.example.com", "cdn.example.org"]).splitlines()
     assert [line for line in lines if line.startswith("IPAddress")] == [
         "IPAddressDeny=any", "IPAddressAllow=localhost", "IPAddressAllow=10.20.0.0/24", "IPAddressAllow=fd12:3456::/48",
         "IPAddressAllow=203.0.113.7"]
     exec_start = [line for line in lines if line.startswith("ExecStart=")][0]
     assert exec_start.endswith("--port 8000 --allowed-media-domains images.example.com cdn.example.org"), exec_start
     assert "no media URLs" not in exec_start
-    checked = tmp_path / "check" / "vllm.service"
-    checked.parent.mkdir()
-    checked.write_text("\n".join(lines).replace("/usr/local/libexec/fleet-vllm/cleanup", str(SCRIPT_CLEANUP))
-                       .replace("User=vllm", "User=root").replace("Group=vllm", "Group=root") + "\n")
-    proc = subprocess.run(["systemd-analyze", "verify", "%s:vllm.service" % checked], capture_output=True, text=True,
-                          check=False)
-    assert proc.returncode == 0 and proc.stderr.strip() == "", proc.stderr
+    systemd_verify(tmp_path, "\n".join(lines))
 
 
 @prerequisite(shutil.which("systemd-analyze"), reason="systemd-analyze is not installed (Debian: systemd)")
@@ -222,33 +211,18 @@ def test_odd_values_reach_the_unit_literally(tmp_path):
     """Issue 14 point 5: %, $, quotes, backslash and unicode in the served model name and an environment file path.
     systemd expands specifiers in Description= and EnvironmentFile=: "%q" left alone is an unknown specifier,
     which systemd-analyze verify reports; escaped it is "%%q"."""
-    python = tmp_path / "venv" / "bin" / "python"
-    python.parent.mkdir(parents=True)
-    python.symlink_to(sys.executable)
     nccl = tmp_path / "etc 100%q" / "nccl.env"
     nccl.parent.mkdir()
     nccl.write_text("NCCL_PROTO=LL\n")
     name = 'Kimi "K2.5" 100%q $HOME \\back ünïcode'
-    unit = tmp_path / "render" / "vllm.service"
-    unit.parent.mkdir()
-    rc, stats, tasks = play("vllm_server_unit.yml", unit_dest=str(unit), fleet_vllm_python=str(python),
-                            vllm_server_served_model_name=name, fleet_vllm_nccl_env_file=str(nccl))
-    assert rc == 0, tasks
-    lines = unit.read_text().splitlines()
+    lines = render_unit(tmp_path, vllm_server_served_model_name=name, fleet_vllm_nccl_env_file=str(nccl)).splitlines()
     assert "Description=vLLM OpenAI-compatible server (%s)" % name.replace("%", "%%") in lines
     assert "EnvironmentFile=%s" % str(nccl).replace("%", "%%") in lines
     exec_start = [line for line in lines if line.startswith("ExecStart=")][0]
     assert '--served-model-name "Kimi \\"K2.5\\" 100%%q $$HOME \\\\back ünïcode"' in exec_start, exec_start
-    checked = tmp_path / "check" / "vllm.service"
-    checked.parent.mkdir()
-    text = "\n".join(lines) + "\n"
-    text = text.replace("/usr/local/libexec/fleet-vllm/cleanup", str(ROOT / "roles" / "vllm_server" / "files" / "cleanup"))
-    text = text.replace("User=vllm", "User=root").replace("Group=vllm", "Group=root")
-    text = text.replace("EnvironmentFile=/etc/fleet-vllm/vllm-secrets.env", "EnvironmentFile=%s" % str(nccl).replace("%", "%%"))
-    checked.write_text(text)
-    proc = subprocess.run(["systemd-analyze", "verify", "%s:vllm.service" % checked], capture_output=True, text=True,
-                          check=False)
-    assert proc.returncode == 0 and proc.stderr.strip() == "", proc.stderr
+    # The secrets file must exist for verify too: the NCCL file stands in for it.
+    systemd_verify(tmp_path, "\n".join(lines), replace=[
+        ("EnvironmentFile=/etc/fleet-vllm/vllm-secrets.env", "EnvironmentFile=%s" % str(nccl).replace("%", "%%"))])
 
 
 def test_a_newline_never_reaches_the_unit(tmp_path):

@@ -27,18 +27,6 @@ HOSTS = ("node1", "node2", "node3")
 
 
 @pytest.fixture(scope="module")
-def hub_wheels():
-    """huggingface_hub and its dependencies as wheels (cached across runs), installed by the role with
-    --no-index as a site without internet would."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fleet-vllm" / "wheels-hub-2.4.0"
-    if not any(cache.glob("huggingface_hub-2.4.0-*.whl")):
-        cache.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-                        "--dest", str(cache), "huggingface_hub==2.4.0"], check=True, timeout=600)
-    return cache
-
-
-@pytest.fixture(scope="module")
 def fleet(tmp_path_factory, hub_wheels):
     """Three hosts with their roots and rsync daemons, a hub with the synthetic Kimi-shaped repo."""
     from tests.hub.fakehub import FakeHub
