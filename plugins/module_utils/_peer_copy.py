@@ -45,8 +45,9 @@ class PeerCopy(object):
         if not rsync:
             raise Failure("rsync is not installed on this host; it copies the snapshot from %s (install the rsync package)"
                           % self.run.name("peer"))
-        return [rsync] + (["--recursive"] if options.get("recursive", True) else []) + ["--times", "--chmod=D0755,F0644", "--partial-dir=.cache/rsync-partial",
-                "--contimeout=30", "--timeout=%d" % self.run.params["stall_timeout"]] + list(paths)
+        recursive = ["--recursive"] if options.get("recursive", True) else []
+        return [rsync] + recursive + ["--times", "--chmod=D0755,F0644", "--partial-dir=.cache/rsync-partial",
+                                      "--contimeout=30", "--timeout=%d" % self.run.params["stall_timeout"]] + list(paths)
 
     def url(self, commit, path="", peer=None):
         return "%s/%s/%s" % (peer or self.peer, commit, path)

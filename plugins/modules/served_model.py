@@ -139,8 +139,8 @@ def source_files(source):
         raise Failure("source %s: %s" % (source, exc))
     if manifest is None:
         raise NotComplete("source %s has no %s: it is not a snapshot fleet.vllm.hf_snapshot completed, and only the files "
-                      "of the hub's listing are served; fetch it with fleet.vllm.hf_snapshot (fleet.vllm.vllm_weights)"
-                      % (source, snap.MANIFEST_NAME))
+                          "of the hub's listing are served; fetch it with fleet.vllm.hf_snapshot (fleet.vllm.vllm_weights)"
+                          % (source, snap.MANIFEST_NAME))
     listed = [item["path"] for item in manifest["files"]]
     found = snap.scan(source)
     absent = [rel for rel in listed if rel not in found[0]]

@@ -101,7 +101,6 @@ HOST_CHECK = "Check the fleet hosts' addresses and TLS names that the gateway's 
 GATEWAY_TLS = {"vllm_gateway_tls_certificate": "/etc/haproxy/tls/gateway.pem", "vllm_gateway_backend_ca_file": "/etc/haproxy/tls/ca.pem"}
 
 
-
 # ---- issue 24 point 8: no clear text on a network hop unless the operator opts out ----------------
 
 CHECK = "Check the gateway settings that argument specs cannot express"

@@ -177,7 +177,7 @@ def test_sandbox_settings_render_and_verify(tmp_path):
         vllm_server_device_allow=["char-nvidia* rw", "/dev/infiniband/uverbs0 rw"],
         vllm_server_read_write_paths=["/srv/cache", "-/var/cache/vllm"],
         vllm_server_hardening_overrides={"SystemCallFilter": None, "ProtectProc": "noaccess",
-        "RestrictAddressFamilies": ["AF_UNIX", "AF_INET"]}).splitlines()
+                                         "RestrictAddressFamilies": ["AF_UNIX", "AF_INET"]}).splitlines()
     assert [line for line in lines if line.startswith(("DeviceAllow=", "ReadWritePaths=", "RestrictAddressFamilies="))] == [
         "ReadWritePaths=/var/lib/vllm", "ReadWritePaths=/srv/cache", "ReadWritePaths=-/var/cache/vllm",
         "DeviceAllow=char-nvidia* rw", "DeviceAllow=/dev/infiniband/uverbs0 rw",

@@ -94,8 +94,8 @@ def test_rsync_argv_and_urls(tmp_path):
                                   "rsync://a:8873/m/", "/srv/x/"])
     # The listed files, one by one, from the module's root (/./: what lands in /srv/x): never a recursive copy.
     with open(names, "rb") as handle:
-        assert handle.read() == b"".join(b"Kimi/%s/./%s\0" % (COMMIT.encode(), name) for name in (b"#a", b"a.safetensors",
-                                                                                                b"b.json"))
+        names_sent = handle.read()
+    assert names_sent == b"".join(b"Kimi/%s/./%s\0" % (COMMIT.encode(), name) for name in (b"#a", b"a.safetensors", b"b.json"))
     copy.peer = "rsync://a:8873/m"
     copy.question(COMMIT, "/srv/x", listed)
     with open(names, "rb") as handle:

@@ -632,8 +632,8 @@ def test_unlisted_files_beside_hashed_ones_are_moved_aside_and_never_served(snap
     served = tmp_path / "served"
     linked = run_module("served_model", dict(source=str(directory), path=str(served)))
     assert not linked.failed and linked.result["unlisted"] == [], linked
-    assert sorted(p.name for p in served.iterdir()) == sorted([item["path"] for item in listing(hub)] +
-                                                                [".fleet-vllm-served.json"])
+    assert sorted(p.name for p in served.iterdir()) == sorted([item["path"] for item in listing(hub)]
+                                                              + [".fleet-vllm-served.json"])
 
 
 def test_a_peer_cannot_push_a_file_the_listing_does_not_name(snap, hub, repo_dir, rsync_daemon, run_module, tmp_path):
