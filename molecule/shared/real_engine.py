@@ -153,10 +153,12 @@ def read(host):
 
 
 def exec_start_argv(unit):
-    """The argv of systemd's ExecStart property ("{ path=... ; argv[]=A B C ; ... }")."""
+    """The argv of systemd's ExecStart property ("{ path=... ; argv[]=A B C ; ... }"), as one string: systemctl show
+    joins the arguments with blanks and quotes none, so an argument holding a blank (--allowed-media-domains
+    "no media URLs") cannot be told from two there."""
     match = re.search(r"argv\[\]=(.*?) ;", unit["ExecStart"])
     assert match, unit["ExecStart"]
-    return match.group(1).split(" ")
+    return match.group(1)
 
 
 def engine_processes(data):
@@ -173,11 +175,13 @@ def assert_real_engine_serving(host, version, max_model_len):
     assert (unit["ActiveState"], unit["SubState"]) == ("active", "running"), unit
 
     # The ExecStart argv is what runs (systemd started it, vLLM's parser took it: it serves).
-    argv = exec_start_argv(unit)
     main = next(p for p in data["procs"] if p["pid"] == int(unit["ExecMainPID"]))
-    assert main["cmdline"] == argv, (main["cmdline"], argv)
+    argv = main["cmdline"]
+    assert " ".join(argv) == exec_start_argv(unit), (argv, exec_start_argv(unit))
     assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"], argv
     assert argv[argv.index("--max-model-len") + 1] == str(max_model_len), argv
+    # Issue 24 point 15: the media domains no URL host can match reach vLLM as one argument (systemd's quoting).
+    assert argv[argv.index("--allowed-media-domains") + 1] == "no media URLs", argv
 
     # The compiled kernels are what runs: every vLLM process has vLLM's own CPU kernels mapped,
     # from the venv of this version; none failed to import.
