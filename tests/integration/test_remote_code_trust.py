@@ -65,7 +65,7 @@ def deploy(tmp_path, hub, **variables):
                 "fleet_vllm_state_dir": str(tmp_path / "state")}
     settings.update(variables)
     run = run_playbook(ROOT / "deploy.yml", "-i", inventory, "--check", extra_vars=settings, timeout=300)
-    ran = run.task_list("gpu-a")
+    ran = [task for play in range(len(run.out["plays"])) for task in run.task_list("gpu-a", play)]
     failed = [(name, result) for name, result in ran if result.get("failed")]
     assert run.rc != 0 and len(failed) == 1, run.stdout[-3000:]
     # Nothing but checks and the controller's listing ran before it; nothing changed.
