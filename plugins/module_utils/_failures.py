@@ -576,6 +576,13 @@ def _model_files(ctx):
 _STALL_RE = re.compile(r"No available shared memory broadcast block found|Running: 0 reqs, Waiting: [1-9]\d* reqs")
 
 
+def _asked(endpoint, path):
+    """The URL the probe asked for ``path``, and the Unix socket it asked over when it used one
+    ("http://localhost/health over unix:/run/fleet-vllm/vllm/engine.sock")."""
+    url = "%s%s" % (endpoint.get("base_url"), path)
+    return "%s over unix:%s" % (url, endpoint["unix_socket"]) if endpoint.get("unix_socket") else url
+
+
 def _engine_unhealthy(ctx):
     """/health says 200 while a two-token completion hangs (vLLM issue #39863) or fails with a 5xx
     (a dead engine core: measured on the CPU build, docs/evidence.md section 5)."""
@@ -585,9 +592,9 @@ def _engine_unhealthy(ctx):
     if endpoint.get("health_status") != 200 or not (endpoint.get("hang") or failed):
         return None
     evidence = [
-        "GET %s/health -> %s" % (endpoint["base_url"], endpoint["health_status"]),
-        "POST %s/v1/chat/completions (model %s, max_tokens %d) -> %s" % (
-            endpoint["base_url"], endpoint["model"], PROBE_MAX_TOKENS,
+        "GET %s -> %s" % (_asked(endpoint, "/health"), endpoint["health_status"]),
+        "POST %s (model %s, max_tokens %d) -> %s" % (
+            _asked(endpoint, "/v1/chat/completions"), endpoint["model"], PROBE_MAX_TOKENS,
             "no answer within %s s" % endpoint["timeout"] if endpoint.get("hang")
             else "HTTP %s %s" % (status, (endpoint.get("completion_error") or "")[:200])),
     ]
@@ -631,7 +638,7 @@ def _engine_core_died(ctx):
         evidence.append(_trim(root.raw))
     evidence.extend(_evidence([hit[0] for hit in hits], 2))
     if dead_health:
-        evidence.append("GET %s/health -> 503" % endpoint["base_url"])
+        evidence.append("GET %s -> 503" % _asked(endpoint, "/health"))
     if root is not None:
         cause = "The engine core process died; the first error above it is: %s" % root.msg.strip()
     else:
@@ -692,8 +699,8 @@ def _contradiction(finding, ctx):
             details["path"], _mib(details["free_bytes_now"]), _mib(details["required_bytes"]))
     if serves(ctx.endpoint) and (fid != "port_in_use" or ctx.stopped is False):
         # A port held by another process can answer too: the unit itself must be running.
-        return ("%s/health answers 200 and a %d-token chat completion answered 200: an engine serves there now"
-                % (ctx.endpoint.get("base_url"), PROBE_MAX_TOKENS))
+        return ("%s answers 200 and a %d-token chat completion answered 200: an engine serves there now"
+                % (_asked(ctx.endpoint, "/health"), PROBE_MAX_TOKENS))
     return None
 
 

@@ -11,6 +11,7 @@ Private to the fleet.vllm collection: the interface may change without notice.
 
 from __future__ import annotations
 
+import errno
 import json
 import socket
 import time
@@ -107,11 +108,34 @@ def _error_body(exc):
         return b""
 
 
-def request(url, body=None, api_key=None, timeout=30, **options):
+def where(url, unix_socket=None):
+    """How a request's target is named in messages: the URL, and the Unix socket it went over."""
+    return "%s over unix:%s" % (url, unix_socket) if unix_socket else url
+
+
+def _unix_socket_reason(exc, unix_socket):
+    """What a connection to the Unix socket ``unix_socket`` that failed says, from the OSError of
+    the connect (ansible's UnixHTTPConnection re-raises it as "Invalid Socket File (PATH): ...",
+    without its errno; the original is its ``__context__``). A path where nothing is (ENOENT) reads
+    as a refused connection, as a TCP port where nothing listens: the server is not up there."""
+    cause = exc
+    while cause is not None and getattr(cause, "errno", None) is None:
+        cause = cause.__context__
+    if cause is None:
+        return to_text(exc)
+    if cause.errno == errno.ENOENT:
+        return "Connection refused: no socket at unix:%s ([Errno %d] %s)" % (unix_socket, cause.errno, to_text(cause.strerror))
+    return "[Errno %d] %s: unix:%s" % (cause.errno, to_text(cause.strerror or cause), unix_socket)
+
+
+def request(url, body=None, api_key=None, timeout=30, unix_socket=None, **options):
     """GET ``url``, or POST ``body`` (an object, sent as JSON) to it, within ``timeout`` seconds.
-    ``options`` go to open_url (validate_certs, use_proxy, follow_redirects). Never raises for what
-    the network or the server does: returns an Answer."""
+    With ``unix_socket`` (a path) the connection goes to that Unix socket and the URL's host is
+    only the Host header. ``options`` go to open_url (validate_certs, use_proxy,
+    follow_redirects). Never raises for what the network or the server does: returns an Answer."""
     data = json.dumps(body).encode("utf-8") if body is not None else None
+    if unix_socket:
+        options["unix_socket"] = unix_socket
     start = time.monotonic()
     status, payload, reason, timed_out = None, b"", None, False
     try:
@@ -126,9 +150,13 @@ def request(url, body=None, api_key=None, timeout=30, **options):
     except URLError as exc:
         timed_out = isinstance(exc.reason, socket.timeout)
         reason = to_text(exc.reason)
+        if unix_socket and not timed_out and isinstance(exc.reason, OSError):
+            reason = _unix_socket_reason(exc.reason, unix_socket)
     except socket.timeout as exc:
         timed_out = True
         reason = to_text(exc) or "timed out"
     except (HTTPException, OSError) as exc:
         reason = to_text(exc) or exc.__class__.__name__
+        if unix_socket and not isinstance(exc, HTTPException):
+            reason = _unix_socket_reason(exc, unix_socket)
     return Answer(status, payload, reason, timed_out, round(time.monotonic() - start, 3))

@@ -23,7 +23,7 @@ description:
   - With O(model_path), checks that every shard the safetensors index names is there, not
     empty, and exactly as long as its header says (the 8-byte header length, the header and the
     end of the last tensor's data; only the headers are read).
-  - With O(base_url), asks C(GET /health) and then a two-token C(POST /v1/chat/completions)
+  - With O(base_url) (or O(unix_socket)), asks C(GET /health) and then a two-token C(POST /v1/chat/completions)
     (the collection's one probe - C(max_tokens) and vLLM's C(min_tokens) 2 and C(ignore_eos), so that
     a decode step runs even when the model's first token is its end-of-sequence token; an answer
     of fewer tokens is an error); a health check that answers while the completion times out is
@@ -102,10 +102,22 @@ options:
     description:
       - Where the OpenAI-compatible endpoint answers, for example V(http://127.0.0.1:8000). When
         set, the endpoint is probed. Proxies from the environment are not used.
+      - With O(unix_socket), its host is only what the C(Host) header says; not set, it is V(http://localhost).
     type: str
+  unix_socket:
+    description:
+      - The path of the Unix socket the endpoint listens on (vLLM's C(--uds PATH)). When set, the
+        endpoint is probed over it (with O(base_url), or V(http://localhost) without), not at the
+        host and port of O(base_url).
+      - A socket that does not exist, or that refuses the connection, is reported as a refused
+        connection - nothing listens (the model is still loading) or the service is down.
+      - The evidence of a finding names the socket after the URL, for example
+        C(GET http://localhost/health over unix:/run/fleet-vllm/vllm/engine.sock -> 503).
+    type: path
   api_key:
     description:
       - The API key the server requires (C(--api-key), C(VLLM_API_KEY)), sent as a bearer token.
+        Not set, no C(Authorization) header is sent.
     type: str
   served_model_name:
     description:
@@ -138,6 +150,13 @@ EXAMPLES = r"""
     base_url: http://127.0.0.1:8000
     api_key: "{{ vllm_server_api_key }}"
     model_path: /srv/models/served/nvidia--Kimi-K2.5-NVFP4
+  register: diagnosis
+  become: true
+
+- name: Diagnose an engine that serves on a Unix socket (vllm serve --uds), which has no API key
+  fleet.vllm.vllm_diagnose:
+    unit: vllm.service
+    unix_socket: /run/fleet-vllm/vllm/engine.sock
   register: diagnosis
   become: true
 
@@ -231,7 +250,8 @@ model_check:
     ok: false
 endpoint:
   description:
-    - The HTTP probe - C(checked), C(base_url), C(health_status), C(health_error),
+    - The HTTP probe - C(checked), C(base_url), C(unix_socket) (the socket probed over, V(null) when none was),
+      C(health_status), C(health_error),
       C(model), C(completion_status), C(completion_error), C(completion_seconds), C(timeout),
       C(hang) (health 200 and no completion within O(timeout)) and C(ok).
   returned: always
@@ -239,6 +259,7 @@ endpoint:
   sample:
     checked: true
     base_url: http://127.0.0.1:8000
+    unix_socket: null
     health_status: 200
     health_error: null
     model: kimi-k2.5
@@ -299,8 +320,8 @@ def _model_unchecked(path):
     return dict(checked=False, path=path, index=None, shards=0, missing=[], empty=[], truncated=[], problems=[], ok=None)
 
 
-def _endpoint_unprobed(base_url, timeout):
-    return dict(checked=False, base_url=base_url, health_status=None, health_error=None, model=None,
+def _endpoint_unprobed(base_url, timeout, unix_socket=None):
+    return dict(checked=False, base_url=base_url, unix_socket=unix_socket, health_status=None, health_error=None, model=None,
                 completion_status=None, completion_error=None, completion_seconds=None, timeout=timeout,
                 hang=False, ok=None)
 
@@ -319,13 +340,15 @@ class Diagnosis(object):
         unit = params["unit"]
         self.unit = unit if "." in unit else unit + ".service"
         base_url = params["base_url"].rstrip("/") if params["base_url"] else None
+        if base_url is None and params["unix_socket"]:
+            base_url = "http://localhost"  # over the socket the URL's host is only the Host header
         self.result = dict(
             changed=False,
             service=_service_unread(self.unit),
             findings=[],
             shm_leftovers=[],
             model_check=_model_unchecked(params["model_path"]),
-            endpoint=_endpoint_unprobed(base_url, params["timeout"]),
+            endpoint=_endpoint_unprobed(base_url, params["timeout"], params["unix_socket"]),
             journal_tail=[],
             healthy=False,
             msg="",
@@ -501,7 +524,7 @@ class Diagnosis(object):
         """(status or None, parsed JSON or None, error or None, seconds, timed out)."""
         endpoint = self.result["endpoint"]
         answer = request(endpoint["base_url"] + path, body, self.module.params["api_key"], endpoint["timeout"],
-                         use_proxy=False, follow_redirects="none")
+                         unix_socket=endpoint["unix_socket"], use_proxy=False, follow_redirects="none")
         if answer.timed_out:
             error = "no answer within %s s" % endpoint["timeout"]
         elif answer.http_error:
@@ -645,6 +668,7 @@ def main():
             service_user=dict(type="str", default="vllm"),
             model_path=dict(type="path"),
             base_url=dict(type="str"),
+            unix_socket=dict(type="path"),
             api_key=dict(type="str", no_log=True),
             served_model_name=dict(type="str"),
             timeout=dict(type="int", default=30),

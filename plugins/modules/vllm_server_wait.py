@@ -42,9 +42,20 @@ attributes:
 extends_documentation_fragment: [fleet.vllm.attributes, fleet.vllm.attributes.read_only]
 options:
   url:
-    description: Base URL of the server.
+    description:
+      - Base URL of the server.
+      - With O(unix_socket), its host is only what the C(Host) header says; use V(http://localhost).
     type: str
     default: http://127.0.0.1:8000
+  unix_socket:
+    description:
+      - The path of the Unix socket the server listens on (vLLM's C(--uds PATH)). When set, every request
+        goes over it, not to the host and port of O(url).
+      - A socket that does not exist yet, or that refuses the connection, counts as a server still loading,
+        as a refused port does.
+      - The messages name the socket after the URL, for example C(http://localhost/health over
+        unix:/run/fleet-vllm/vllm/engine.sock).
+    type: path
   unit:
     description: The systemd unit serving it, such as C(vllm.service). Not set, only the endpoint is watched.
     type: str
@@ -52,7 +63,7 @@ options:
     description: The model name the server must list and answer to. Required with O(check_models) or O(check_completion).
     type: str
   api_key:
-    description: The server's API key (C(VLLM_API_KEY)), sent as a bearer token.
+    description: The server's API key (C(VLLM_API_KEY)), sent as a bearer token. Not set, no C(Authorization) header is sent.
     type: str
   timeout:
     description: Seconds to wait for C(/health) to answer 200.
@@ -87,6 +98,13 @@ EXAMPLES = r"""
     unit: vllm.service
     served_model_name: kimi-k2.5
     timeout: 3600
+
+- name: Wait for the engine behind a Unix socket (vllm serve --uds), which has no API key
+  fleet.vllm.vllm_server_wait:
+    url: http://localhost
+    unix_socket: /run/fleet-vllm/vllm/engine.sock
+    unit: vllm.service
+    served_model_name: kimi-k2.5
 """
 
 RETURN = r"""
@@ -154,6 +172,7 @@ class Waiter(object):
         self.module = module
         self.params = module.params
         self.base = self.params["url"].rstrip("/")
+        self.unix_socket = self.params["unix_socket"]
         self.result = dict(changed=False, ready=False, elapsed=0, health_status=None, models=[],
                            completion=None, unit_state={}, journal=[])
         self.start = time.time()
@@ -162,10 +181,14 @@ class Waiter(object):
         self.result["elapsed"] = int(time.time() - self.start)
         self.module.fail_json(msg=msg, **self.result)
 
+    def where(self, path):
+        """The URL of ``path`` for messages, with the Unix socket when one is used."""
+        return _units.where(self.base + path, self.unix_socket)
+
     def request(self, path, body=None):
         """(status, body) or (None, reason) when nothing answered."""
         answer = _units.request(self.base + path, body, self.params["api_key"], self.params["request_timeout"],
-                                validate_certs=False)
+                                unix_socket=self.unix_socket, validate_certs=False)
         return (answer.status, answer.body) if answer.status is not None else (None, answer.reason)
 
     def unit_state(self):
@@ -209,24 +232,24 @@ class Waiter(object):
             if status == 200:
                 return
             if status == 503:
-                self.died("%s/health answers 503: the engine died" % self.base)
+                self.died("%s answers 503: the engine died" % self.where("/health"))
             if time.time() >= deadline:
-                self.fail("%s/health did not answer 200 within %d seconds (last: %s); raise the timeout if the model "
-                          "is still loading" % (self.base, self.params["timeout"],
+                self.fail("%s did not answer 200 within %d seconds (last: %s); raise the timeout if the model "
+                          "is still loading" % (self.where("/health"), self.params["timeout"],
                                                 "HTTP %s" % status if status else to_text(body)))
             time.sleep(max(1, self.params["interval"]))
 
     def check_models(self):
         status, body = self.request("/v1/models")
         if status != 200:
-            self.fail("%s/v1/models answers %s: %s" % (self.base, status, to_text(body)[:500]))
+            self.fail("%s answers %s: %s" % (self.where("/v1/models"), status, to_text(body)[:500]))
         try:
             self.result["models"] = [m.get("id") for m in json.loads(body).get("data", [])]
         except (ValueError, AttributeError) as exc:
-            self.fail("%s/v1/models is not a model list: %s" % (self.base, to_native(exc)))
+            self.fail("%s is not a model list: %s" % (self.where("/v1/models"), to_native(exc)))
         if self.params["served_model_name"] not in self.result["models"]:
-            self.fail("%s/v1/models lists %s, not %s" % (self.base, ", ".join(map(str, self.result["models"])) or "nothing",
-                                                         self.params["served_model_name"]))
+            self.fail("%s lists %s, not %s" % (self.where("/v1/models"), ", ".join(map(str, self.result["models"])) or "nothing",
+                                               self.params["served_model_name"]))
 
     def check_completion(self):
         try:
@@ -247,7 +270,7 @@ class Waiter(object):
             self.fail("a two-token chat completion returned no choice (%s): %s" % (to_native(exc), to_text(body)[:500]))
         shortfall = _readiness.probe_shortfall(answer)
         if shortfall:
-            self.fail("%s%s answered, but %s: %s" % (self.base, _readiness.PROBE_PATH, shortfall, to_text(body)[:500]))
+            self.fail("%s answered, but %s: %s" % (self.where(_readiness.PROBE_PATH), shortfall, to_text(body)[:500]))
 
     def run(self):
         self.wait_health()
@@ -267,6 +290,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             url=dict(type="str", default="http://127.0.0.1:8000"),
+            unix_socket=dict(type="path"),
             unit=dict(type="str"),
             served_model_name=dict(type="str"),
             api_key=dict(type="str", no_log=True),

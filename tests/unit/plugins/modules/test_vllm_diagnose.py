@@ -3,9 +3,12 @@ server on 127.0.0.1, and stand-ins for systemctl/journalctl where the machine ha
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pwd
+import socket
+import socketserver
 import struct
 import subprocess
 import sys
@@ -163,15 +166,27 @@ def on_path(directory, rest=True):
 # ---- an HTTP server that answers like vLLM's ------------------------------------------------
 
 
+class UnixHTTPServer(ThreadingHTTPServer):
+    """An HTTP server on an AF_UNIX stream socket, as vLLM's ``--uds PATH`` binds one."""
+
+    address_family = socket.AF_UNIX
+    daemon_threads = True
+
+    def server_bind(self):
+        socketserver.TCPServer.server_bind(self)  # HTTPServer's would look up a host name in the path
+        self.server_name, self.server_port = "localhost", 0
+
+
 @pytest.fixture
 def vllm_http():
-    """``start(mode)`` -> (base_url, requests seen). A stand-in for vLLM's OpenAI server on
-    127.0.0.1: /health (200, or 503 when the engine died), /v1/models, and a chat completion
-    that answers (``ok``), never answers (``hang``, the engine of vLLM issue #39863), or is
-    never reached (``dead``). It checks nothing but the routes."""
+    """``start(mode, unix=None)`` -> (base_url, requests seen). A stand-in for vLLM's OpenAI server
+    on 127.0.0.1, or on the Unix socket ``unix`` (a path; base_url is then http://localhost):
+    /health (200, or 503 when the engine died), /v1/models, and a chat completion that answers
+    (``ok``), never answers (``hang``, the engine of vLLM issue #39863), or is never reached
+    (``dead``). It checks nothing but the routes."""
     started = []
 
-    def start(mode):
+    def start(mode, unix=None):
         release = threading.Event()
         seen = []
 
@@ -188,7 +203,7 @@ def vllm_http():
                 self.wfile.write(body)
 
             def do_GET(self):
-                seen.append(dict(method="GET", path=self.path, auth=self.headers.get("Authorization")))
+                seen.append(dict(method="GET", path=self.path, auth=self.headers.get("Authorization"), host=self.headers.get("Host")))
                 if self.path == "/health":
                     self.answer(503 if mode == "dead" else 200)
                 elif self.path == "/v1/models":
@@ -198,7 +213,8 @@ def vllm_http():
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                seen.append(dict(method="POST", path=self.path, auth=self.headers.get("Authorization"), body=body))
+                seen.append(dict(method="POST", path=self.path, auth=self.headers.get("Authorization"), host=self.headers.get("Host"),
+                                 body=body))
                 if mode == "hang":
                     release.wait(60)
                     return
@@ -209,11 +225,11 @@ def vllm_http():
                                                "finish_reason": "length"}],
                                   "usage": {"prompt_tokens": 12, "completion_tokens": tokens, "total_tokens": 12 + tokens}})
 
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server = UnixHTTPServer(str(unix), Handler) if unix else ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         server.daemon_threads = True
         threading.Thread(target=server.serve_forever, daemon=True).start()
         started.append((server, release))
-        return "http://127.0.0.1:%d" % server.server_port, seen
+        return "http://localhost" if unix else "http://127.0.0.1:%d" % server.server_port, seen
 
     yield start
     for server, release in started:
@@ -415,6 +431,7 @@ def test_answering_endpoint_is_healthy(run_module, tmp_path, vllm_http):
     endpoint = run.result["endpoint"]
     assert (endpoint["health_status"], endpoint["completion_status"], endpoint["completion_error"], endpoint["hang"], endpoint["ok"]) == (
         200, 200, None, False, True)
+    assert endpoint["base_url"] == base_url and endpoint["unix_socket"] is None
     assert run.result["findings"] == []
     assert run.result["healthy"] is True
     assert run.result["msg"].startswith("vllm.service (from journal_text: started): healthy, a two-token completion took ")
@@ -494,6 +511,67 @@ def test_refused_connection_is_loading_not_a_failure(run_module, tmp_path):
     assert "refused" in endpoint["health_error"] and "still loading" in endpoint["health_error"]
     assert run.result["findings"] == [] and run.result["healthy"] is False
     assert run.result["msg"].startswith("vllm.service (from journal_text: started): no known failure; endpoint: ")
+
+
+# ---- the endpoint on a Unix socket (vLLM's --uds) ----------------------------------------------
+
+
+def test_answering_endpoint_over_a_unix_socket_without_a_key(run_module, tmp_path, vllm_http):
+    """unix_socket alone probes http://localhost over the socket; no api_key, no Authorization header."""
+    path = tmp_path / "engine.sock"
+    base_url, seen = vllm_http("ok", unix=path)
+    run = run_module("vllm_diagnose", {"journal_text": journal("healthy.txt"), "shm_dir": str(tmp_path / "none"),
+                                       "unix_socket": str(path), "timeout": 5})
+    endpoint = run.result["endpoint"]
+    assert (endpoint["checked"], endpoint["base_url"], endpoint["unix_socket"], endpoint["model"], endpoint["ok"]) == (
+        True, "http://localhost", str(path), "kimi-k2.5", True), run
+    assert run.result["findings"] == [] and run.result["healthy"] is True
+    assert [(r["method"], r["path"], r["auth"], r["host"]) for r in seen] == [
+        ("GET", "/health", None, "localhost"), ("GET", "/v1/models", None, "localhost"),
+        ("POST", "/v1/chat/completions", None, "localhost")]
+    assert seen[-1]["body"] == probe_request("kimi-k2.5")
+
+
+def test_evidence_over_a_unix_socket_names_it(run_module, tmp_path, vllm_http):
+    path = tmp_path / "engine.sock"
+    vllm_http("dead", unix=path)
+    run = run_module("vllm_diagnose", {"journal_text": journal("healthy.txt"), "shm_dir": str(tmp_path / "none"),
+                                       "base_url": "http://localhost/", "unix_socket": str(path)})
+    assert run.result["endpoint"]["health_status"] == 503 and run.result["endpoint"]["base_url"] == "http://localhost"
+    assert ids(run) == ["engine_core_died"]
+    assert only(run, "engine_core_died")["evidence"] == ["GET http://localhost/health over unix:%s -> 503" % path]
+
+
+def test_a_hang_over_a_unix_socket_names_it(run_module, tmp_path, vllm_http):
+    path = tmp_path / "engine.sock"
+    vllm_http("hang", unix=path)
+    run = run_module("vllm_diagnose", {"journal_text": journal("healthy.txt"), "shm_dir": str(tmp_path / "none"),
+                                       "unix_socket": str(path), "served_model_name": "kimi-k2.5", "timeout": 1})
+    assert only(run, "engine_unhealthy")["evidence"] == [
+        "GET http://localhost/health over unix:%s -> 200" % path,
+        "POST http://localhost/v1/chat/completions over unix:%s (model kimi-k2.5, max_tokens 2) -> no answer within 1 s" % path,
+    ]
+
+
+@pytest.mark.parametrize("state", ["missing", "refusing"])
+def test_a_unix_socket_that_is_not_there_or_refuses_is_a_refused_connection(run_module, tmp_path, state):
+    """No file at the path (the service is down), or a socket nothing listens on (bound by a start
+    that has not come up, or left by one that ended): reported as a refused port is, not a traceback."""
+    path = tmp_path / "engine.sock"
+    if state == "refusing":
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.bind(str(path))  # closed without listen: the file stays and refuses connections
+    run = run_module("vllm_diagnose", {"journal_text": journal("healthy.txt").split("Application startup")[0],
+                                       "shm_dir": str(tmp_path / "none"), "unix_socket": str(path)})
+    assert not run.failed, run
+    endpoint = run.result["endpoint"]
+    assert (endpoint["checked"], endpoint["unix_socket"], endpoint["health_status"], endpoint["ok"]) == (True, str(path), None, False)
+    said = ("Connection refused: no socket at unix:%s ([Errno %d] No such file or directory)" % (path, errno.ENOENT)
+            if state == "missing" else "[Errno %d] Connection refused: unix:%s" % (errno.ECONNREFUSED, path))
+    assert endpoint["health_error"] == said + ": nothing listens yet (the model is still loading) or the service is down"
+    assert run.result["findings"] == [] and run.result["healthy"] is False
+    assert run.result["msg"] == "vllm.service (from journal_text: started): no known failure; endpoint: " + endpoint["health_error"]
+    assert "Traceback" not in run.stdout + run.stderr
 
 
 # ---- the live path: systemctl and journalctl -------------------------------------------------

@@ -5,15 +5,17 @@ and a refused port."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
+import socketserver
 import subprocess
 import sys
 import threading
 import time
 import zipfile
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
 
 import pytest
 
@@ -130,6 +132,82 @@ def test_refused_counts_as_loading_until_the_timeout(run_module):
                                              "timeout": 3, "interval": 1}).result
     assert result["failed"] and "did not answer 200 within 3 seconds" in result["msg"], result
     assert result["elapsed"] >= 3 and result["health_status"] is None
+
+
+# ---- over a Unix socket (vLLM's --uds) ------------------------------------------------------------
+
+
+class UnixHTTPServer(ThreadingHTTPServer):
+    """An HTTP server on an AF_UNIX stream socket, as vLLM's ``--uds PATH`` binds one."""
+
+    address_family = socket.AF_UNIX
+    daemon_threads = True
+
+    def server_bind(self):
+        socketserver.TCPServer.server_bind(self)  # HTTPServer's would look up a host name in the path
+        self.server_name, self.server_port = "localhost", 0
+
+
+class HeadersSeen(FakeVllm):
+    """FakeVllm that notes each request's path, Host and Authorization headers."""
+
+    def do_GET(self):
+        self.server.seen.append((self.command, self.path, self.headers.get("Host"), self.headers.get("Authorization")))
+        FakeVllm.do_GET(self)
+
+    def do_POST(self):
+        self.server.seen.append((self.command, self.path, self.headers.get("Host"), self.headers.get("Authorization")))
+        FakeVllm.do_POST(self)
+
+
+@pytest.fixture
+def unix_server(tmp_path):
+    httpd = UnixHTTPServer(str(tmp_path / "engine.sock"), HeadersSeen)
+    httpd.health, httpd.models, httpd.posts, httpd.completion = 200, ["kimi"], [], 200
+    httpd.bodies, httpd.tokens, httpd.seen = [], None, []
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_ready_over_a_unix_socket_without_a_key(run_module, unix_server):
+    result = run_module("vllm_server_wait", {"url": "http://localhost", "unix_socket": unix_server.server_address,
+                                             "served_model_name": "kimi", "timeout": 30}).result
+    assert result["ready"] is True and result["models"] == ["kimi"] and result["completion"] == "OK", result
+    assert unix_server.seen == [("GET", "/health", "localhost", None), ("GET", "/v1/models", "localhost", None),
+                                ("POST", "/v1/chat/completions", "localhost", None)]
+    assert unix_server.bodies == [probe_request("kimi")]
+
+
+def test_messages_over_a_unix_socket_name_it(run_module, unix_server):
+    where = "http://localhost/v1/models over unix:%s" % unix_server.server_address
+    result = run_module("vllm_server_wait", {"url": "http://localhost/", "unix_socket": unix_server.server_address,
+                                             "served_model_name": "other", "timeout": 30}).result
+    assert result["failed"] and result["msg"] == "%s lists kimi, not other" % where, result
+    unix_server.health = 503
+    result = run_module("vllm_server_wait", {"url": "http://localhost", "unix_socket": unix_server.server_address,
+                                             "served_model_name": "kimi", "timeout": 600}).result
+    assert result["failed"] and result["msg"].startswith(
+        "http://localhost/health over unix:%s answers 503: the engine died" % unix_server.server_address), result
+
+
+@pytest.mark.parametrize("state", ["missing", "refusing"])
+def test_a_unix_socket_that_is_not_there_or_refuses_counts_as_loading(run_module, tmp_path, state):
+    """No file at the path yet, or a socket nothing listens on (vLLM binds it before the model loads):
+    a refused connection, polled until the timeout, as a refused port is."""
+    path = tmp_path / "engine.sock"
+    if state == "refusing":
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.bind(str(path))  # closed without listen: the file stays and refuses connections
+    result = run_module("vllm_server_wait", {"url": "http://localhost", "unix_socket": str(path), "served_model_name": "kimi",
+                                             "timeout": 2, "interval": 1}).result
+    said = ("Connection refused: no socket at unix:%s ([Errno %d] No such file or directory)" % (path, errno.ENOENT)
+            if state == "missing" else "[Errno %d] Connection refused: unix:%s" % (errno.ECONNREFUSED, path))
+    assert result["failed"] and result["msg"] == (
+        "http://localhost/health over unix:%s did not answer 200 within 2 seconds (last: %s); raise the timeout if the "
+        "model is still loading" % (path, said)), result
+    assert result["elapsed"] >= 2 and result["health_status"] is None
 
 
 # ---- the unit watch ----------------------------------------------------------------------------
