@@ -27,7 +27,13 @@ vllm.entrypoints.openai.api_server`` and ``vllm serve``:
   guard ``/v1``, ``/v2``, ``/inference`` and ``/cohere`` as vLLM 0.33.0 does (401
   ``{"error": "Unauthorized"}``), so ``/invocations`` runs without the key, as in vLLM; SIGTERM
   (and SIGINT) end it with exit 0, after the requests in flight finished when
-  ``--shutdown-timeout`` is more than 0 (vLLM's "drain"), at once otherwise ("abort").
+  ``--shutdown-timeout`` is more than 0 (vLLM's "drain"), at once otherwise ("abort");
+* ``--uds PATH``: as vLLM's ``create_server_unix_socket`` (0.33.0), an AF_UNIX stream socket is
+  bound at PATH when the server starts, before the load (so PATH exists and refuses connections
+  while the model loads), with no unlink of an existing file (one there, even a socket left by an
+  earlier run, makes the bind fail: EADDRINUSE, exit 1) and no chmod (the file's mode is what the
+  umask leaves); ``--host``/``--port`` are then ignored, the log says ``Starting vLLM server on
+  unix:PATH``, and the file stays after the server exits (vLLM removes it neither).
 
 Where it differs from vLLM: no model is loaded and nothing is computed. Completions are a
 fixed sentence cut to ``max_tokens`` words (a word counts as a token); usage counts words.
@@ -56,6 +62,7 @@ import re
 import shutil
 import signal
 import socket
+import socketserver
 import subprocess
 import sys
 import threading
@@ -384,6 +391,14 @@ def _words(value):
     return 0
 
 
+def _client(address):
+    """The access log's client: ``host:port`` over TCP; uvicorn's empty client over a Unix socket
+    (accept() gives '' there, no host and no port)."""
+    if isinstance(address, tuple) and len(address) >= 2:
+        return "%s:%d" % (address[0], address[1])
+    return ""
+
+
 class Handler(BaseHTTPRequestHandler):
     server_version = "uvicorn"
     sys_version = ""
@@ -404,8 +419,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(data)
         reason = self.responses.get(status, ("",))[0]
-        access_log('%s:%d - "%s %s HTTP/1.1" %d %s' % (
-            self.client_address[0], self.client_address[1], self.command, self.path, status, reason))
+        access_log('%s - "%s %s HTTP/1.1" %d %s' % (_client(self.client_address), self.command, self.path, status, reason))
 
     def parse_request(self):
         # Requests in flight, for --shutdown-timeout (a SIGTERM waits for them): counted once the
@@ -618,27 +632,66 @@ def close_shm_segment(opened):
         pass
 
 
-def serve(args, state):
-    host = args.host if getattr(args, "host", None) else "0.0.0.0"
-    port = int(args.port) if getattr(args, "port", None) is not None else 8000
-    Handler.state = state
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+def _bind_failed(function, call, exc):
+    """vLLM's traceback of a socket that cannot be bound (the port or the path is taken)."""
+    api = "(APIServer pid=%d) " % PID
+    sys.stderr.write(api + "Traceback (most recent call last):\n")
+    sys.stderr.write(api + '  File "%s", line 1, in %s\n' % (os.path.abspath(__file__), function))
+    sys.stderr.write(api + "    %s\n" % call)
+    sys.stderr.write(api + "OSError: [Errno %s] %s\n" % (exc.errno, exc.strerror))
 
-    class Server(ThreadingHTTPServer):
-        address_family = family
-        daemon_threads = True
-        allow_reuse_address = True
 
+class UnixServer(ThreadingHTTPServer):
+    """HTTP on an AF_UNIX stream socket (vLLM's --uds)."""
+
+    address_family = socket.AF_UNIX
+    daemon_threads = True
+    allow_reuse_address = False
+
+    def server_bind(self):
+        # The bind alone, as vLLM's create_server_unix_socket: no unlink, no chmod. (HTTPServer's
+        # server_bind would also look up a host name in the first two characters of the path.)
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = "localhost", 0
+
+
+def bind_unix(path):
+    """vLLM's ``create_server_unix_socket(args.uds)``: a socket bound at ``path`` (not listening
+    yet: connections are refused until the server starts), or None after vLLM's error when the
+    bind fails (EADDRINUSE when anything is at ``path``)."""
+    httpd = UnixServer(path, Handler, bind_and_activate=False)
     try:
-        httpd = Server((host, port), Handler)
+        httpd.server_bind()
     except OSError as exc:
-        api = "(APIServer pid=%d) " % PID
-        sys.stderr.write(api + "Traceback (most recent call last):\n")
-        sys.stderr.write(api + '  File "%s", line 1, in create_server_socket\n' % os.path.abspath(__file__))
-        sys.stderr.write(api + "    sock.bind(addr)\n")
-        sys.stderr.write(api + "OSError: [Errno %s] %s\n" % (exc.errno, exc.strerror))
-        return 1
-    log("INFO", "api_server.py:1344", "Starting vLLM API server 0 on http://%s:%d" % (host, port))
+        httpd.server_close()
+        _bind_failed("create_server_unix_socket", "sock.bind(path)", exc)
+        return None
+    return httpd
+
+
+def serve(args, state, unix=None):
+    """Serve until SIGTERM: on ``unix`` (bind_unix's server, --uds) or on --host/--port."""
+    Handler.state = state
+    if unix is not None:
+        httpd = unix
+        httpd.server_activate()  # listen(): from here on connections are taken
+        log("INFO", "api_server.py:1344", "Starting vLLM server on unix:%s" % args.uds)
+    else:
+        host = args.host if getattr(args, "host", None) else "0.0.0.0"
+        port = int(args.port) if getattr(args, "port", None) is not None else 8000
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+        class Server(ThreadingHTTPServer):
+            address_family = family
+            daemon_threads = True
+            allow_reuse_address = True
+
+        try:
+            httpd = Server((host, port), Handler)
+        except OSError as exc:
+            _bind_failed("create_server_socket", "sock.bind(addr)", exc)
+            return 1
+        log("INFO", "api_server.py:1344", "Starting vLLM API server 0 on http://%s:%d" % (host, port))
     log("INFO", "launcher.py:38", "Available routes are:")
     for route, methods in (("/health", "GET"), ("/version", "GET"), ("/metrics", "GET"), ("/v1/models", "GET"),
                            ("/v1/chat/completions", "POST"), ("/ping", "GET, POST"), ("/invocations", "POST")):
@@ -702,6 +755,22 @@ def run(args):
     served = [name for name in _listify(getattr(args, "served_model_name", None)) if name] or [model]
     log("INFO", "api_server.py:1272", "vLLM API server version %s" % __version__)
     log("INFO", "utils.py:267", "non-default args: %s" % non_default_args(args))
+    unix = None
+    if getattr(args, "uds", None):
+        # vLLM binds before it builds the engine (vllm-project/vllm#8204): the path exists, refusing
+        # connections, while the model loads, and stays when the start fails after this.
+        unix = bind_unix(args.uds)
+        if unix is None:
+            return 1
+    try:
+        return start(args, model, served, unix)
+    finally:
+        if unix is not None:
+            unix.server_close()
+
+
+def start(args, model, served, unix):
+    """The engine's start after the socket of --uds is bound: the model, the GPU, the load, then serve."""
     try:
         config, hf_quant = read_model(model)
     except (ValueError, support_rules.VllmSupportError) as exc:
@@ -768,6 +837,6 @@ def run(args):
     if segment is None:
         return 1
     try:
-        return serve(args, state)
+        return serve(args, state, unix)
     finally:
         close_shm_segment(segment)

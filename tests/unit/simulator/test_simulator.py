@@ -9,6 +9,7 @@ venvs, the way the vllm_runtime role installs from a site wheelhouse (``--no-ind
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import http.client
 import json
@@ -17,6 +18,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -417,6 +419,84 @@ def test_engine_holds_a_shared_memory_segment_while_it_serves(new_venv, tmp_path
         rc, out, err = server.stop()
     assert rc == 0, err
     assert list(shm.iterdir()) == []
+
+
+# ---- --uds: the server on a Unix socket -------------------------------------------------------
+
+
+class UnixConnection(http.client.HTTPConnection):
+    """HTTP over the Unix socket at ``path`` (the Host header says localhost)."""
+
+    def __init__(self, path, timeout=10):
+        http.client.HTTPConnection.__init__(self, "localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.unix_path)
+
+
+def unix_request(path, method, url, body=None):
+    conn = UnixConnection(str(path))
+    try:
+        conn.request(method, url, body=json.dumps(body) if body is not None else None,
+                     headers={"Content-Type": "application/json"} if body is not None else {})
+        response = conn.getresponse()
+        return response.status, response.read().decode("utf-8")
+    finally:
+        conn.close()
+
+
+def test_uds_serves_on_a_unix_socket_without_a_key_and_a_second_bind_fails(new_venv, old_venv, tmp_path):
+    """--uds PATH as vLLM's create_server_unix_socket: bound before the load (PATH refuses connections
+    while the model loads), its mode from the umask (no chmod), --host/--port ignored, no key asked when
+    none is set, no unlink: a second start on PATH (either build's parser takes --uds) fails to bind, exit 1."""
+    path = tmp_path / "engine.sock"
+    port = free_port()
+    proc = subprocess.Popen(
+        ["/bin/sh", "-c", 'umask 077 && exec "$0" "$@"', str(new_venv / "bin" / "python")] + API
+        + [str(FIXTURES / "models" / "bf16-kv"), "--uds", str(path), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=sim_env(), cwd=str(new_venv))
+    try:
+        deadline = time.monotonic() + 20
+        refused = False
+        while True:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "not ready over %s" % path
+            try:
+                if unix_request(path, "GET", "/health") == (200, ""):
+                    break
+            except ConnectionRefusedError:
+                refused = True
+            except FileNotFoundError:
+                pass
+            time.sleep(0.1)
+        assert refused, "the bound socket must refuse connections while the model loads"
+        assert stat.S_ISSOCK(path.lstat().st_mode) and path.lstat().st_mode & 0o777 == 0o700, oct(path.lstat().st_mode)
+        status, body = unix_request(path, "GET", "/v1/models")
+        assert status == 200 and [m["id"] for m in json.loads(body)["data"]] == [str(FIXTURES / "models" / "bf16-kv")]
+        status, body = unix_request(path, "POST", "/v1/chat/completions", CHAT)
+        assert status == 200 and json.loads(body)["usage"]["completion_tokens"] == 3
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        second = run(old_venv, [str(FIXTURES / "models" / "bf16-kv"), "--uds", str(path)])
+        assert second.returncode == 1, second
+        errors = second.stderr.splitlines()
+        api = re.match(r"\(APIServer pid=\d+\) ", errors[-1]).group(0)
+        assert errors[-4] == api + "Traceback (most recent call last):", errors
+        assert errors[-3].startswith(api + '  File "') and errors[-3].endswith('_simulator.py", line 1, in create_server_unix_socket')
+        assert errors[-2:] == [api + "    sock.bind(path)", api + "OSError: [Errno %d] Address already in use" % errno.EADDRINUSE]
+        assert "Starting to load model" not in second.stdout, "vLLM binds before it loads"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert re.search(r"^\(APIServer pid=\d+\) INFO \S+ \S+ \[api_server\.py:\d+\] Starting vLLM server on unix:%s$"
+                     % re.escape(str(path)), out, re.M), out
+    assert "on http://" not in out, "--host and --port are ignored with --uds"
+    assert re.search(r'^\(APIServer pid=\d+\) INFO:      - "GET /health HTTP/1\.1" 200 OK$', out, re.M), out
+    assert path.exists(), "vLLM leaves its socket file behind"
 
 
 # ---- what the gateway relies on: SageMaker's routes, the faults, --shutdown-timeout -------------
