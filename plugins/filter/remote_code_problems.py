@@ -88,9 +88,8 @@ _value:
 
 import json
 import re
-from urllib.parse import urlsplit
 
-from ansible_collections.fleet.vllm.plugins.module_utils._credentials import mask_credentials
+from ansible_collections.fleet.vllm.plugins.module_utils._credentials import mask_credentials, origin
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}\Z")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}\Z")
@@ -103,16 +102,6 @@ TRUST = "fleet_vllm_trust_remote_code"
 PINS = "fleet_vllm_remote_code_sha256"
 REVISION = "fleet_vllm_model_revision"
 MIRROR = "fleet_vllm_hub_mirror_trusted"
-
-
-def _origin(url):
-    try:
-        parts = urlsplit((url or "").strip())
-        port = parts.port
-    except ValueError:
-        return None
-    scheme = (parts.scheme or "").lower()
-    return scheme, (parts.hostname or "").lower(), port or {"http": 80, "https": 443}.get(scheme)
 
 
 def _references(value):
@@ -131,7 +120,7 @@ def _settings_problems(pins, revision, endpoint, mirror_trusted, endpoint_variab
         problems.append("%s is true and %s is '%s', not a commit sha: a branch moves, and a tag can be moved, to code "
                         "nobody reviewed; set %s to the 40-character commit sha whose code you reviewed and pinned in %s, "
                         "or set %s: false" % (TRUST, REVISION, revision, REVISION, PINS, TRUST))
-    if not mirror_trusted and _origin(endpoint) != HUB_ORIGIN:
+    if not mirror_trusted and origin(endpoint) != HUB_ORIGIN:
         problems.append("%s is true and %s (%s) is not the Hugging Face Hub (%s): the listing that vouches for the "
                         "model's files would come from a mirror, which can answer any tree for any commit; list from the "
                         "Hub (set %s: %s), or, for a site mirror you trust as much as the Hub, set %s: true (the code "

@@ -127,7 +127,7 @@ from ansible.module_utils.six.moves.urllib.parse import quote, urljoin, urlsplit
 from ansible.module_utils.urls import open_url
 from ansible.plugins.lookup import LookupBase
 
-from ansible_collections.fleet.vllm.plugins.module_utils._credentials import mask_credentials
+from ansible_collections.fleet.vllm.plugins.module_utils._credentials import DEFAULT_PORTS, mask_credentials, origin
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -137,23 +137,8 @@ MAX_PAGES = 1000
 # decides, for each hop, whether the token goes along.
 REDIRECTS = (301, 302, 303, 307, 308)
 MAX_REDIRECTS = 10
-DEFAULT_PORTS = {"http": 80, "https": 443}
 # The most a file of O(contents) may weigh: code and configuration files, never shards.
 MAX_CONTENT = 1 << 20
-
-
-def origin(url):
-    """(scheme, host, port) of a URL, as a browser compares origins (RFC 6454): the host lowercased,
-    the port the scheme's default when none is given; None for a URL that has no host."""
-    parts = urlsplit(url)
-    scheme = (parts.scheme or "").lower()
-    try:
-        port = parts.port
-    except ValueError:
-        return None
-    if not parts.hostname:
-        return None
-    return scheme, parts.hostname.lower(), port or DEFAULT_PORTS.get(scheme)
 
 
 class LookupModule(LookupBase):

@@ -2,7 +2,8 @@
 # Copyright (c) 2026, fleet.vllm developers
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Credentials inside URLs (``https://user:password@mirror/simple``, ``https://TOKEN@host``,
-``?token=...``): find them, and mask them wherever a URL is shown or stored.
+``?token=...``): find them, and mask them wherever a URL is shown or stored; and the origin a
+credential is kept to (a token goes only where its URL's scheme, host and port are).
 
 Private to the fleet.vllm collection: the interface may change without notice.
 """
@@ -10,6 +11,7 @@ Private to the fleet.vllm collection: the interface may change without notice.
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 MASK = "****"
 # RFC 3986 userinfo: everything between "scheme://" and "@" before the host (no "/", "?", "#").
@@ -59,3 +61,21 @@ def secrets_in(text):
 
 def has_credentials(text):
     return bool(secrets_in(text))
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def origin(url):
+    """(scheme, host, port) of a URL, as a browser compares origins (RFC 6454): the scheme and host
+    lowercased, the port the scheme's default when none is given, blanks around the URL ignored;
+    None for a URL that has no host or whose port is not a number."""
+    parts = urlsplit((url or "").strip())
+    try:
+        port = parts.port
+    except ValueError:
+        return None
+    if not parts.hostname:
+        return None
+    scheme = (parts.scheme or "").lower()
+    return scheme, parts.hostname.lower(), port or DEFAULT_PORTS.get(scheme)
