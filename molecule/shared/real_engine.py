@@ -136,7 +136,7 @@ def assert_decision_follows_the_backend(host, checkpoint_dtype):
 def read(host):
     """What the checks look at, read from inside the host in one go (not cached: the engine's
     state is what a test asks about)."""
-    base = f"http://127.0.0.1:{fleet.PORT}"
+    base = fleet.ENGINE
     chat_body = json.dumps({"model": fleet.served_name(), "max_tokens": 8,
                             "messages": [{"role": "user", "content": "Say hello"}]})
     args = {

@@ -80,8 +80,6 @@ FLAG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 SECRET_FLAGS = {"--api-key": "vllm_server_api_key", "--hf-token": "vllm_server_hf_token"}
 # What to set instead of a flag of the role's own, where a word more than "its variable" helps.
 OWN_FLAG_HINTS = {
-    "--host": "set vllm_server_host (an address other than loopback also needs "
-              "vllm_server_allow_non_loopback_host: true; the front door is what the network reaches)",
     "--allowed-media-domains": "set vllm_server_allowed_media_domains (and the hosts' addresses in "
                                "vllm_server_ip_address_allow)",
 }
@@ -94,6 +92,13 @@ FILE_FLAGS = {"--config": "it reads engine arguments from a YAML file, past the 
 # the inventory pins (fleet_vllm_trust_remote_code, fleet_vllm_remote_code_sha256; issue 24 point 6); given in the
 # extra arguments while the role's setting is false, it would run that code past every check of the pins.
 ALWAYS_OWN_FLAGS = {
+    # Where the engine listens (issue 24 point 2): a Unix socket only the front door's group may open
+    # (fleet_vllm_engine_socket), else vllm_server_host:vllm_server_port. With --uds vLLM ignores --host and --port,
+    # so each of the three is refused whichever the role writes.
+    "--uds": "set fleet_vllm_engine_socket (empty: vLLM on vllm_server_host:vllm_server_port instead)",
+    "--host": "set vllm_server_host, with fleet_vllm_engine_socket empty (an address other than loopback also needs "
+              "vllm_server_allow_non_loopback_host: true; the front door is what the network reaches)",
+    "--port": "set vllm_server_port, with fleet_vllm_engine_socket empty",
     "--trust-remote-code": "set fleet_vllm_trust_remote_code (the code files then pinned in fleet_vllm_remote_code_sha256)",
 }
 REFUSED_FLAGS = {

@@ -6,14 +6,23 @@ front of the engine (HAProxy's front door, the harnesses' probes), not of the en
 from __future__ import annotations
 
 import json
+import os
+import socket
+import socketserver
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class StandInEngine(object):
-    def __init__(self, model="kimi-k2.5"):
+    """On 127.0.0.1 and a free port (``port``), or on the Unix socket ``unix_socket`` (vLLM's --uds; mode 0777 so
+    that a front door running as another user may connect). ``seen`` lists (method, path, headers) of each request."""
+
+    def __init__(self, model="kimi-k2.5", unix_socket=None):
+        seen = self.seen = []
+
         class Handler(BaseHTTPRequestHandler):
             def answer(self):
+                seen.append((self.command, self.path, dict(self.headers.items())))
                 length = int(self.headers.get("Content-Length") or 0)
                 if length:
                     self.rfile.read(length)
@@ -35,8 +44,24 @@ class StandInEngine(object):
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
+            def address_string(self):
+                return str(self.client_address or "unix")
+
+        if unix_socket is None:
+            self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+            self.port = self.server.server_address[1]
+        else:
+            class UnixServer(ThreadingHTTPServer):
+                address_family = socket.AF_UNIX
+
+                def server_bind(self):
+                    # HTTPServer.server_bind takes a (host, port) address; a Unix socket has a path.
+                    socketserver.TCPServer.server_bind(self)
+                    self.server_name, self.server_port = "localhost", 0
+
+            self.server = UnixServer(str(unix_socket), Handler)
+            os.chmod(str(unix_socket), 0o777)
+            self.port = None
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self):

@@ -58,12 +58,12 @@ def test_a_key_shorter_than_32_characters_is_refused_and_not_shown(key):
 
 def test_a_key_of_32_characters_passes_the_length_check():
     """The check after it fails instead (the front door on vLLM's own port): the key passed."""
-    msg, dummy = refused(vllm_server_api_key="0123456789abcdef0123456789abcdef", vllm_server_port=8080)
+    msg, dummy = refused(vllm_server_api_key="0123456789abcdef0123456789abcdef", vllm_server_port=8080, fleet_vllm_engine_socket="")
     assert "shorter than" not in msg and "vllm_gateway_frontdoor_port and vllm_gateway_engine_port" in msg, msg
 
 
 def test_the_front_door_on_vllms_own_port_is_refused():
-    msg, dummy = refused(vllm_server_api_key=KEY, vllm_server_port=8080)
+    msg, dummy = refused(vllm_server_api_key=KEY, vllm_server_port=8080, fleet_vllm_engine_socket="")
     assert "vllm_gateway_frontdoor_port and vllm_gateway_engine_port" in msg
 
 

@@ -148,8 +148,13 @@ def test_rendered_unit_passes_systemd_analyze_verify(tmp_path):
         'ExecStart=%s -m vllm.entrypoints.openai.api_server --model "/srv/models/Kimi K2.5 100%%%%" '
         "--tensor-parallel-size 8 --tool-call-parser kimi_k2 --reasoning-parser kimi_k2 "
         "--enable-auto-tool-choice --trust-remote-code --served-model-name nvidia/Kimi-K2.5-NVFP4 "
-        '--host 127.0.0.1 --port 8000 --allowed-media-domains "no media URLs" --hf-overrides "{\\"note\\":\\"a $$b\\"}"' % python)
-    assert "--disable-log-requests" not in text and "api-key" not in text
+        '--uds /run/fleet-vllm/vllm/engine.sock --allowed-media-domains "no media URLs" --hf-overrides "{\\"note\\":\\"a $$b\\"}"'
+        % python)
+    assert "--disable-log-requests" not in text and "api-key" not in text and "--host" not in text and "--port" not in text
+    # Issue 24 point 2: the engine's socket, in a directory it may write (the stale socket of its last run removed, as
+    # the service user, before it binds), group-writable for the front door's group that may pass that directory.
+    assert "ExecStartPre=/bin/rm -f -- /run/fleet-vllm/vllm/engine.sock" in text.splitlines()
+    assert "ReadWritePaths=/run/fleet-vllm/vllm" in text.splitlines() and "UMask=0007" in text.splitlines()
     # Issue 24 point 1: the root cleanup gets no environment of the unit's and an isolated Python
     # (tests/unit/roles/test_root_commands.py).
     assert "ExecStartPre=+/usr/bin/env -i /usr/bin/python3 -I /usr/local/libexec/fleet-vllm/cleanup vllm /dev/shm" in text
@@ -179,7 +184,8 @@ def test_sandbox_settings_render_and_verify(tmp_path):
         vllm_server_hardening_overrides={"SystemCallFilter": None, "ProtectProc": "noaccess",
                                          "RestrictAddressFamilies": ["AF_UNIX", "AF_INET"]}).splitlines()
     assert [line for line in lines if line.startswith(("DeviceAllow=", "ReadWritePaths=", "RestrictAddressFamilies="))] == [
-        "ReadWritePaths=/var/lib/vllm", "ReadWritePaths=/srv/cache", "ReadWritePaths=-/var/cache/vllm",
+        "ReadWritePaths=/var/lib/vllm", "ReadWritePaths=/run/fleet-vllm/vllm", "ReadWritePaths=/srv/cache",
+        "ReadWritePaths=-/var/cache/vllm",
         "DeviceAllow=char-nvidia* rw", "DeviceAllow=/dev/infiniband/uverbs0 rw",
         "RestrictAddressFamilies=AF_UNIX", "RestrictAddressFamilies=AF_INET"]
     assert "ProtectProc=noaccess" in lines and "ProtectProc=invisible" not in lines
@@ -201,8 +207,20 @@ def test_network_settings_render_and_verify(tmp_path):
         "IPAddressDeny=any", "IPAddressAllow=localhost", "IPAddressAllow=10.20.0.0/24", "IPAddressAllow=fd12:3456::/48",
         "IPAddressAllow=203.0.113.7"]
     exec_start = [line for line in lines if line.startswith("ExecStart=")][0]
-    assert exec_start.endswith("--port 8000 --allowed-media-domains images.example.com cdn.example.org"), exec_start
+    assert exec_start.endswith("--uds /run/fleet-vllm/vllm/engine.sock --allowed-media-domains images.example.com cdn.example.org"), exec_start
     assert "no media URLs" not in exec_start
+    systemd_verify(tmp_path, "\n".join(lines))
+
+
+@prerequisite(shutil.which("systemd-analyze"), reason="systemd-analyze is not installed (Debian: systemd)")
+def test_an_engine_on_its_port_has_no_socket_to_prepare(tmp_path):
+    """fleet_vllm_engine_socket "": vLLM on vllm_server_host:vllm_server_port as before 0.4.0, private umask, no
+    socket directory to write or clean."""
+    lines = render_unit(tmp_path, fleet_vllm_served_model_path="/srv/models/kimi", fleet_vllm_engine_socket="").splitlines()
+    exec_start = [line for line in lines if line.startswith("ExecStart=")][0]
+    assert "--host 127.0.0.1 --port 8000 " in exec_start and "--uds" not in exec_start, exec_start
+    assert "UMask=0077" in lines and [line for line in lines if line.startswith("ReadWritePaths=")] == ["ReadWritePaths=/var/lib/vllm"]
+    assert not [line for line in lines if "/bin/rm" in line or "/run/fleet-vllm" in line]
     systemd_verify(tmp_path, "\n".join(lines))
 
 
@@ -300,9 +318,14 @@ def test_the_server_gets_a_token_only_when_asked(tmp_path):
     downloader uses) does not reach its environment. vllm_server_hf_token is the explicit request."""
     python = tmp_path / "python"
     python.symlink_to(sys.executable)
-    for extra, expected in (({"fleet_vllm_hf_token": "hf_shared_token"}, ['VLLM_API_KEY="k"']),
+    # The key only for an engine on a port (fleet_vllm_engine_socket ""): on its socket the front door checks it and
+    # strips it, and the engine holds none (issue 24 point 2).
+    for extra, expected in (({"fleet_vllm_hf_token": "hf_shared_token"}, ['']),
+                            ({"fleet_vllm_hf_token": "hf_shared_token", "fleet_vllm_engine_socket": ""}, ['VLLM_API_KEY="k"']),
                             ({"fleet_vllm_hf_token": "hf_shared_token", "vllm_server_hf_token": "hf_asked"},
-                             ['HF_TOKEN="hf_asked"', 'VLLM_API_KEY="k"'])):
+                             ['HF_TOKEN="hf_asked"']),
+                            ({"fleet_vllm_hf_token": "hf_shared_token", "vllm_server_hf_token": "hf_asked",
+                              "fleet_vllm_engine_socket": ""}, ['HF_TOKEN="hf_asked"', 'VLLM_API_KEY="k"'])):
         secrets = tmp_path / "secrets.env"
         rc, stats, tasks = play("vllm_server_unit.yml", unit_dest=str(tmp_path / "vllm.service"), secrets_dest=str(secrets),
                                 fleet_vllm_python=str(python), vllm_server_api_key="k", **extra)

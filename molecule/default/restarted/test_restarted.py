@@ -6,6 +6,7 @@ deliberate start), and it serves."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 
@@ -83,3 +84,56 @@ def test_files_the_listing_does_not_name_were_moved_aside_and_are_not_served(hos
     assert len(warnings) == 1 and "5 file(s) not in the hub's listing of the commit were in the snapshot and were moved " \
         "out of it, never served: chat_template.jinja (6 bytes), evil.py (10 bytes), extra/hook.py (6 bytes), " \
         "preprocessor_config.json (a link), processor_config.json (53 bytes), into %s/unlisted-" % rejected in warnings[0], warnings
+
+
+def squatted():
+    with open(os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "squatter.json"), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def test_a_squatter_got_neither_the_key_nor_a_prompt():
+    """Issue 24, point 2: the front door and the readiness wait talked to 127.0.0.1:8000, which any local user can bind
+    while the engine is down; a listener of nobody there got the fleet's key and the client's prompt, and could answer.
+    restarts.yml let nobody hold that port on the first host while the engine was stopped, then through the deploy that
+    started it (which would have failed to bind the port before), and asked the front door with the key each time: the
+    front door said 503, then served the engine's answer, and the squatter received nothing at all."""
+    seen = squatted()
+    assert seen["stopped"]["status"] == 503, seen["stopped"]
+    assert seen["started"]["status"] == 200, seen["started"]
+    assert json.loads(seen["started"]["body"])["choices"][0]["message"]["content"] != "squatter", seen["started"]
+    assert seen["received_base64"] == "", base64.b64decode(seen["received_base64"])[:2000]
+
+
+def test_nobody_could_not_take_open_or_replace_the_engines_socket():
+    """The next attacks on the same sink: what nobody tried on the engine's socket while it was stopped. Its directory
+    is the service user's with the front door's group (2710): nobody may not pass it, so neither connect to the socket
+    past the front door's key check (the engine holds no key), nor bind one beside it or in its place, nor remove it."""
+    attempts = squatted()["attempts"]
+    assert attempts["uid"] != 0, attempts
+    for name in ("connect", "bind_beside", "unlink", "bind_in_place", "list_directory"):
+        assert attempts[name].startswith("PermissionError"), (name, attempts)
+
+
+def test_only_the_front_doors_group_may_open_the_socket_of_the_running_engine(host):
+    """On every host, the engine running: its socket and directory are the service user's with haproxy's group, which
+    may connect (what the front door does); nobody may not, nor may the service's own group."""
+    directory, path = os.path.dirname(fleet.ENGINE_SOCKET), fleet.ENGINE_SOCKET
+    assert host.check_output("stat -c '%%a %%U %%G' %s", directory) == "2710 vllm haproxy"
+    assert host.check_output("stat -c '%%F %%U %%G' %s", path) == "socket vllm haproxy"
+    connect = ("import socket, sys; s = socket.socket(socket.AF_UNIX); "
+               "s.connect(sys.argv[1]); s.sendall(b'GET /health HTTP/1.0\\r\\n\\r\\n'); print(s.recv(64).decode().split()[1])")
+    assert host.check_output("runuser -u haproxy -- python3 -c %s %s", connect, path) == "200"
+    refused = host.run("runuser -u nobody -- python3 -c %s %s", connect, path)
+    assert refused.rc != 0 and "PermissionError" in refused.stderr, (refused.stdout, refused.stderr)
+    # A user of the service's group (not the service user) may not either: the directory lets only haproxy's through.
+    refused = host.run("setpriv --reuid=nobody --regid=vllm --clear-groups python3 -c %s %s", connect, path)
+    assert refused.rc != 0 and "PermissionError" in refused.stderr, (refused.stdout, refused.stderr)
+
+
+def test_the_engine_has_no_port_and_no_key(host):
+    """The engine listens on its socket only (no TCP listener on the old port) and holds no key: the front door asks
+    for it and strips it (the request the squatter would have seen carried none past the front door either)."""
+    listeners = host.check_output("ss -Hltn 'sport = :%d'" % fleet.PORT)
+    assert listeners == "", listeners
+    secrets = host.check_output("cat %s", fleet.SECRETS_ENV)
+    assert "VLLM_API_KEY" not in secrets and fleet.api_key() not in secrets

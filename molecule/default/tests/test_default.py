@@ -44,12 +44,14 @@ def test_unit_file(host):
     venv = data["realpath"]["/opt/vllm/current"]
     assert argv[:3] == ["ExecStart=%s/bin/python" % venv, "-m", "vllm.entrypoints.openai.api_server"]
     for flag, value in [("--model", fleet.served(data)), ("--tensor-parallel-size", "8"),
-                        ("--served-model-name", fleet.served_name()), ("--port", "8000"),
+                        ("--served-model-name", fleet.served_name()), ("--uds", fleet.ENGINE_SOCKET),
                         ("--tool-call-parser", "kimi_k2"), ("--reasoning-parser", "kimi_k2")]:
         assert argv[argv.index(flag) + 1] == value, flag
     # The demo trusts no remote code (inventories/demo: the synthetic checkpoint ships none); the
     # seed's --trust-remote-code is the example inventory's (tests/integration/test_deploy_playbook.py).
     assert "--trust-remote-code" not in argv
+    # Issue 24 point 2: the engine on its socket only, no TCP port any local user could take while it is down.
+    assert "--host" not in argv and "--port" not in argv
     assert "--disable-log-requests" not in text
     # Secrets never on the command line, nor anywhere in the unit.
     assert "--api-key" not in text
@@ -68,7 +70,9 @@ def test_environment_files(host):
 
     assert data["owners"][fleet.SECRETS_ENV] == {"user": "root", "group": "root"}
     assert data["files"][fleet.SECRETS_ENV]["mode"] == "0o600"
-    assert f'VLLM_API_KEY="{fleet.api_key()}"' in data["content"][fleet.SECRETS_ENV].splitlines()
+    # On its socket the engine holds no key (issue 24 point 2): the front door checks it and strips it.
+    assert "VLLM_API_KEY" not in data["content"][fleet.SECRETS_ENV]
+    assert fleet.api_key() not in data["content"][fleet.SECRETS_ENV]
 
 
 def test_secret_not_on_process_command_line(host):

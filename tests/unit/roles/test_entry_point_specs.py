@@ -28,7 +28,9 @@ CROSS_ROLE = {
     # The front door runs on the fleet host beside the server and the gateway balances across the
     # fleet hosts: both need the server's port, key and served name, and read them from the
     # server's own variables (the host's, or its backends' hostvars).
-    "vllm_gateway": {"vllm_server_api_key", "vllm_server_port", "vllm_server_served_model_name"},
+    # The front door also looks at the server's unit (vllm_server_service_name): whether the engine that runs was
+    # started before it had its socket (roles/vllm_gateway/tasks/configure.yml).
+    "vllm_gateway": {"vllm_server_api_key", "vllm_server_port", "vllm_server_served_model_name", "vllm_server_service_name"},
 }
 
 

@@ -31,6 +31,8 @@ def test_haproxy_config_holds_the_key_and_is_not_world_readable():
 
 
 def test_vllm_listens_on_loopback_only_and_haproxy_on_the_network(host):
+    """converge.yml deploys the layout before 0.4.0 (fleet_vllm_engine_socket ""): the engine on its port, on loopback;
+    roll.yml moves it to its socket (tests/rolled)."""
     listening = [line.split()[3] for line in host.check_output("ss -Htln").splitlines()]
     assert [a for a in listening if a.endswith(":%d" % fleet.PORT)] == ["127.0.0.1:%d" % fleet.PORT], listening
     assert [a for a in listening if a.endswith(":%d" % fleet.FRONTDOOR_PORT)] == ["0.0.0.0:%d" % fleet.FRONTDOOR_PORT], listening

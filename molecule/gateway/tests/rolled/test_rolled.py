@@ -56,3 +56,18 @@ def test_both_hosts_are_back_in_rotation_at_the_gateway():
     state = gw.runtime(gw.gateway(), "show servers state %s" % gw.BACKEND)
     admin = {line.split()[3]: int(line.split()[6]) for line in state.splitlines()[2:] if line.strip() and not line.startswith("#")}
     assert admin == {name: 0 for name in fleet.instances()}, state  # srv_admin_state 0: ready, not drained
+
+
+def test_each_engine_moved_to_its_socket_and_its_front_door_with_it(host):
+    """Issue 24 point 2, the way from a release before it: converge.yml's engines listened on 127.0.0.1:8000 with the
+    key; the roll restarted each on its Unix socket, and its front door went there with it before the gateway put
+    the host back (no request failed, above). No TCP listener is left on the engine's port, the front door forwards
+    to the socket and strips the key, and the engine holds none."""
+    listening = [line.split()[3] for line in host.check_output("ss -Htln").splitlines()]
+    assert [a for a in listening if a.endswith(":%d" % fleet.PORT)] == [], listening
+    assert fleet.ENGINE_SOCKET in [line.split()[4] for line in host.check_output("ss -Hlx").splitlines()]
+    config = host.check_output("cat %s", gw.CONFIG)
+    assert "server engine unix@%s" % fleet.ENGINE_SOCKET in config and "server engine 127.0.0.1:" not in config, config
+    assert "http-request del-header Authorization" in config
+    secrets = host.check_output("cat %s", fleet.SECRETS_ENV)
+    assert "VLLM_API_KEY" not in secrets and fleet.api_key() not in secrets

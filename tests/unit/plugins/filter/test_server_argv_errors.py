@@ -35,7 +35,7 @@ def argv_error(args, extra=None, **kwargs):
      "some builds, and request logging is already off by default"),
     (ROLE_ARGS, ["--tensor_parallel_size=2", "--port=8001=x"],
      "vllm_server_extra_args sets --port, --tensor-parallel-size, which the role already sets from its own variables: "
-     "change those instead"),
+     "change those instead; set vllm_server_port, with fleet_vllm_engine_socket empty"),
 ])
 def test_argv_errors_in_full(args, extra, message):
     assert argv_error(args, extra) == message
@@ -43,7 +43,8 @@ def test_argv_errors_in_full(args, extra, message):
 
 def test_the_variable_named_is_the_callers():
     assert argv_error(ROLE_ARGS, {"port": 1}, variable="vllm_probe_extra_args") == (
-        "vllm_probe_extra_args sets --port, which the role already sets from its own variables: change those instead")
+        "vllm_probe_extra_args sets --port, which the role already sets from its own variables: change those instead; "
+        "set vllm_server_port, with fleet_vllm_engine_socket empty")
 
 
 def test_booleans_in_lists_and_flags_after_an_empty_list():

@@ -401,3 +401,18 @@ def test_remote_code_cannot_be_turned_on_past_the_role(extra):
         vllm_server_argv({"host": "127.0.0.1", "port": 8000, "trust_remote_code": False}, extra=extra)
     message = str(err.value)
     assert "--trust-remote-code" in message and "fleet_vllm_trust_remote_code" in message, message
+
+
+# Issue 24 point 2: with the engine on its Unix socket the role writes --uds and neither --host nor --port (vLLM
+# ignores them beside --uds); an extra argument may still not name any of the three, however spelled: --host and
+# --port would put the engine back on a TCP port any local user can take while it is down, and --uds elsewhere
+# would move it where the front door's group check does not hold.
+@pytest.mark.parametrize("extra, flag", [
+    (["--host", "0.0.0.0"], "--host"), (["--hos=::"], "--host"), (["--port", "8000"], "--port"), (["--po", "1"], "--port"),
+    (["--uds", "/tmp/x.sock"], "--uds"), (["--ud=/tmp/x.sock"], "--uds"), ({"uds": "/tmp/x.sock"}, "--uds"),
+])
+def test_the_engines_listener_is_the_roles_alone(extra, flag):
+    with pytest.raises(AnsibleFilterError) as err:
+        vllm_server_argv({"model": "/m", "uds": "/run/fleet-vllm/vllm/engine.sock"}, extra=extra)
+    message = str(err.value)
+    assert "vllm_server_extra_args sets %s" % flag in message and "fleet_vllm_engine_socket" in message, message
