@@ -13,6 +13,17 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+class UnixHTTPServer(ThreadingHTTPServer):
+    """An HTTP server on an AF_UNIX stream socket, as vLLM's ``--uds PATH`` binds one."""
+
+    address_family = socket.AF_UNIX
+    daemon_threads = True
+
+    def server_bind(self):
+        socketserver.TCPServer.server_bind(self)  # HTTPServer's would look up a host name in the path
+        self.server_name, self.server_port = "localhost", 0
+
+
 class StandInEngine(object):
     """On 127.0.0.1 and a free port (``port``), or on the Unix socket ``unix_socket`` (vLLM's --uds; mode 0777 so
     that a front door running as another user may connect). ``seen`` lists (method, path, headers) of each request."""
@@ -51,15 +62,7 @@ class StandInEngine(object):
             self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
             self.port = self.server.server_address[1]
         else:
-            class UnixServer(ThreadingHTTPServer):
-                address_family = socket.AF_UNIX
-
-                def server_bind(self):
-                    # HTTPServer.server_bind takes a (host, port) address; a Unix socket has a path.
-                    socketserver.TCPServer.server_bind(self)
-                    self.server_name, self.server_port = "localhost", 0
-
-            self.server = UnixServer(str(unix_socket), Handler)
+            self.server = UnixHTTPServer(str(unix_socket), Handler)
             os.chmod(str(unix_socket), 0o777)
             self.port = None
         threading.Thread(target=self.server.serve_forever, daemon=True).start()

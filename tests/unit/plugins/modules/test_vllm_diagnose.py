@@ -8,7 +8,6 @@ import json
 import os
 import pwd
 import socket
-import socketserver
 import struct
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import pytest
 from conftest import FIXTURES, ROOT, free_port, snapshot
 
 from ansible_collections.fleet.vllm.plugins.module_utils._readiness import probe_request
+from tests.helpers.standin_engine import UnixHTTPServer
 
 JOURNAL = FIXTURES / "journal"
 ME = pwd.getpwuid(os.geteuid()).pw_name
@@ -164,17 +164,6 @@ def on_path(directory, rest=True):
 
 
 # ---- an HTTP server that answers like vLLM's ------------------------------------------------
-
-
-class UnixHTTPServer(ThreadingHTTPServer):
-    """An HTTP server on an AF_UNIX stream socket, as vLLM's ``--uds PATH`` binds one."""
-
-    address_family = socket.AF_UNIX
-    daemon_threads = True
-
-    def server_bind(self):
-        socketserver.TCPServer.server_bind(self)  # HTTPServer's would look up a host name in the path
-        self.server_name, self.server_port = "localhost", 0
 
 
 @pytest.fixture

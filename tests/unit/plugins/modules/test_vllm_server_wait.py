@@ -9,19 +9,19 @@ import errno
 import json
 import os
 import socket
-import socketserver
 import subprocess
 import sys
 import threading
 import time
 import zipfile
-from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
 from conftest import FIXTURES, ROOT
 
 from ansible_collections.fleet.vllm.plugins.module_utils._readiness import probe_request
+from tests.helpers.standin_engine import UnixHTTPServer
 from ansible_collections.fleet.vllm.plugins.modules.vllm_server_wait import cause_of
 
 
@@ -135,17 +135,6 @@ def test_refused_counts_as_loading_until_the_timeout(run_module):
 
 
 # ---- over a Unix socket (vLLM's --uds) ------------------------------------------------------------
-
-
-class UnixHTTPServer(ThreadingHTTPServer):
-    """An HTTP server on an AF_UNIX stream socket, as vLLM's ``--uds PATH`` binds one."""
-
-    address_family = socket.AF_UNIX
-    daemon_threads = True
-
-    def server_bind(self):
-        socketserver.TCPServer.server_bind(self)  # HTTPServer's would look up a host name in the path
-        self.server_name, self.server_port = "localhost", 0
 
 
 class HeadersSeen(FakeVllm):
