@@ -464,9 +464,10 @@ def shard_requests(log_lines):
 
 
 def assert_serving(host, data, version):
-    """The unit runs the given vLLM (simulator) version and answers, inside the host (vLLM on
-    its socket, with no key of its own) and through the front door published on this machine's loopback (with the key): /health 200, /v1/models lists the served name
-    (and refuses a request without the API key), a chat completion returns."""
+    """The unit runs the given vLLM (simulator) version and answers, inside the host (vLLM on its socket, with no
+    key of its own: a request without one is served there) and through the front door published on this machine's
+    loopback (which refuses a request without the key): /health 200, /v1/models lists the served name, a chat
+    completion returns."""
     unit = data["unit"]
     assert (unit["ActiveState"], unit["SubState"]) == ("active", "running"), unit
     assert data["version"] == version
