@@ -221,10 +221,15 @@ interfaces:
   type: dict
   sample: {"eth0": {"device": "eth0", "ipv4": {"address": "10.20.0.5", "prefix": "16"}, "ipv4_secondaries": [], "ipv6": []}}
 units:
-  description: For each unit of O(units), its C(load_state), C(active_state) and C(unit_file_state) as C(systemctl show) says.
+  description:
+    - For each unit of O(units), its C(load_state), C(active_state) and C(unit_file_state) as C(systemctl show) says, and
+      C(exec_start), the words of the loaded unit's first C(ExecStart=) command (systemctl joins its arguments with blanks
+      and quotes none; empty for a unit without one, or not loaded).
   returned: always
   type: dict
-  sample: {"fleet-vllm-rsyncd.socket": {"load_state": "loaded", "active_state": "active", "unit_file_state": "enabled"}}
+  sample: {"vllm.service": {"load_state": "loaded", "active_state": "active", "unit_file_state": "enabled",
+                            "exec_start": ["/opt/vllm/current/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--uds",
+                                           "/run/fleet-vllm/vllm/engine.sock"]}}
 out_of_place:
   description:
     - The paths of O(directories) and O(files) that M(fleet.vllm.managed_files) would change - missing, of another type,
@@ -256,6 +261,7 @@ import glob
 import grp
 import os
 import pwd
+import re
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
@@ -349,11 +355,19 @@ def group(name):
         return None
 
 
+def exec_start(value):
+    """The words of the loaded unit's first ExecStart= command, from systemctl show's
+    "{ path=... ; argv[]=WORD WORD ... ; ignore_errors=no ; ... }": systemctl joins the arguments with
+    blanks and quotes none, so an argument holding a blank comes back as several words."""
+    match = re.search(r"argv\[\]=(.*?) ;", value)
+    return match.group(1).split() if match else []
+
+
 def units(module, names):
     if not names:
         return {}
     systemctl = module.get_bin_path("systemctl", required=True)
-    rc, out, err = module.run_command([systemctl, "show", "--property=Id,LoadState,ActiveState,UnitFileState", "--"] + names)
+    rc, out, err = module.run_command([systemctl, "show", "--property=Id,LoadState,ActiveState,UnitFileState,ExecStart", "--"] + names)
     if rc != 0:
         module.fail_json(msg="systemctl show %s failed (exit code %d): %s" % (" ".join(names), rc, err.strip()))
     blocks = out.strip().split("\n\n")
@@ -361,9 +375,9 @@ def units(module, names):
     for name, block in zip(names, blocks):
         fields = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
         result[name] = dict(load_state=fields.get("LoadState", ""), active_state=fields.get("ActiveState", ""),
-                            unit_file_state=fields.get("UnitFileState", ""))
+                            unit_file_state=fields.get("UnitFileState", ""), exec_start=exec_start(fields.get("ExecStart", "")))
     for name in names[len(blocks):]:
-        result[name] = dict(load_state="", active_state="", unit_file_state="")
+        result[name] = dict(load_state="", active_state="", unit_file_state="", exec_start=[])
     return result
 
 

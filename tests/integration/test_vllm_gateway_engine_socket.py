@@ -89,26 +89,33 @@ def test_an_engine_on_its_port_gets_the_key_it_checks(tmp_path):
 
 
 SOCKET = "/run/fleet-vllm/vllm/engine.sock"
-UNIT = "/etc/systemd/system/vllm.service"
+OTHER = "/run/fleet-vllm/vllm-b/engine.sock"
+PYTHON = ["/opt/vllm/current/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m"]
 
 
-@pytest.mark.parametrize("socket_setting, unit_there, directory_there, expected", [
-    (SOCKET, False, False, SOCKET),   # a new host: its engine will start on the socket
-    (SOCKET, True, False, ""),        # an engine started before it had a socket: its port, until the roll
-    (SOCKET, True, True, SOCKET),     # rolled onto the socket (the roll made its directory)
-    (SOCKET, False, True, SOCKET),
-    ("", True, True, ""),             # fleet_vllm_engine_socket empty: the port, on purpose
+@pytest.mark.parametrize("setting, running, expected", [
+    (SOCKET, None, SOCKET),                                    # a new host: its engine will start on the socket
+    (SOCKET, PYTHON + ["--host", "127.0.0.1", "--port", "8000"], ""),  # started before it had a socket: its port, until the roll
+    (SOCKET, PYTHON + ["--uds", SOCKET], SOCKET),              # rolled onto the socket
+    (OTHER, PYTHON + ["--uds", SOCKET], SOCKET),               # the setting changed: where it runs, until the roll
+    ("", PYTHON + ["--uds", SOCKET], SOCKET),                  # back to the port on purpose: the socket, until the roll
+    ("", None, ""),                                            # a new host, the port on purpose
+    ("", PYTHON + ["--port", "8000"], ""),
+    (SOCKET, PYTHON + ["--uds", "/tmp/x y.sock"], SOCKET),     # a --uds of another form is never written: the setting's
+    (SOCKET, PYTHON + ["--uds"], SOCKET),
 ])
-def test_the_front_door_follows_the_engine_as_it_runs(tmp_path, socket_setting, unit_there, directory_there, expected):
-    """roles/vllm_gateway/vars/main.yml's __vllm_gateway_engine_socket, from configure.yml's look."""
+def test_the_front_door_follows_the_engine_as_it_runs(tmp_path, setting, running, expected):
+    """roles/vllm_gateway/vars/main.yml's __vllm_gateway_engine_socket, from configure.yml's look at the loaded unit
+    (host_state's exec_start: the words of its ExecStart=). The front door never forwards to a port where the engine
+    does not listen (the key would go to whoever holds it), nor away from where it still listens."""
     playbook = tmp_path / "decide.yml"
-    look = {"skipped": socket_setting == "", "paths": {UNIT: {"exists": unit_there}, "/run/fleet-vllm/vllm": {"exists": directory_there}}}
+    unit = {"load_state": "loaded" if running else "not-found", "exec_start": running or []}
     playbook.write_text(
         "- hosts: localhost\n  connection: local\n  gather_facts: false\n  vars_files:\n"
         "    - %s/roles/fleet_vllm/defaults/main.yml\n    - %s/roles/vllm_gateway/defaults/main.yml\n"
         "    - %s/roles/vllm_gateway/vars/main.yml\n"
         "  tasks:\n    - ansible.builtin.debug:\n        msg: \"decided={{ __vllm_gateway_engine_socket }}=\"\n" % (ROOT, ROOT, ROOT))
-    run = run_playbook(playbook, extra_vars={"fleet_vllm_engine_socket": socket_setting, "__vllm_gateway_engine_look": look,
-                                             "__vllm_gateway_mode": "frontdoor"}, timeout=300)
+    run = run_playbook(playbook, extra_vars={"fleet_vllm_engine_socket": setting, "__vllm_gateway_mode": "frontdoor",
+                                             "__vllm_gateway_engine_look": {"units": {"vllm.service": unit}}}, timeout=300)
     assert run.rc == 0, run.stdout[-3000:]
     assert "decided=%s=" % expected in run.stdout, run.stdout[-3000:]

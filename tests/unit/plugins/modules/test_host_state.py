@@ -158,15 +158,21 @@ def test_an_ip_that_fails_or_prints_no_json_is_reported(run_module, tmp_path):
 
 def test_units_in_the_order_asked_with_their_states(run_module, tmp_path):
     bin_dir = stand_in(tmp_path / "bin", "systemctl", """\
-        [ "$1 $2 $3" = "show --property=Id,LoadState,ActiveState,UnitFileState --" ] || { echo "unexpected: $*" >&2; exit 2; }
+        [ "$1 $2 $3" = "show --property=Id,LoadState,ActiveState,UnitFileState,ExecStart --" ] || { echo "unexpected: $*" >&2; exit 2; }
         printf 'Id=a.socket\\nLoadState=loaded\\nActiveState=active\\nUnitFileState=enabled\\n\\n'
-        printf 'Id=b.service\\nLoadState=not-found\\nActiveState=inactive\\nUnitFileState=\\n'
+        printf 'Id=b.service\\nLoadState=not-found\\nActiveState=inactive\\nUnitFileState=\\nExecStart=\\n\\n'
+        # systemd 252's own line for a loaded service (systemctl show vllm.service on a test host)
+        printf 'Id=c.service\\nLoadState=loaded\\nActiveState=active\\nUnitFileState=enabled\\n'
+        printf 'ExecStart={ path=/opt/v/bin/python ; argv[]=/opt/v/bin/python -m vllm.x --uds /run/f/v/e.sock --x a b ; '
+        printf 'ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }\\n'
         """)
-    run = run_module("host_state", {"units": ["a.socket", "b.service"]}, env=env_with(bin_dir))
+    run = run_module("host_state", {"units": ["a.socket", "b.service", "c.service"]}, env=env_with(bin_dir))
     assert not run.failed, run
     assert run.result["units"] == {
-        "a.socket": {"load_state": "loaded", "active_state": "active", "unit_file_state": "enabled"},
-        "b.service": {"load_state": "not-found", "active_state": "inactive", "unit_file_state": ""},
+        "a.socket": {"load_state": "loaded", "active_state": "active", "unit_file_state": "enabled", "exec_start": []},
+        "b.service": {"load_state": "not-found", "active_state": "inactive", "unit_file_state": "", "exec_start": []},
+        "c.service": {"load_state": "loaded", "active_state": "active", "unit_file_state": "enabled",
+                      "exec_start": ["/opt/v/bin/python", "-m", "vllm.x", "--uds", "/run/f/v/e.sock", "--x", "a", "b"]},
     }
 
 
