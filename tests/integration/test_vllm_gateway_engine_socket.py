@@ -112,9 +112,10 @@ def test_the_front_door_follows_the_engine_as_it_runs(tmp_path, setting, running
     unit = {"load_state": "loaded" if running else "not-found", "exec_start": running or []}
     playbook.write_text(
         "- hosts: localhost\n  connection: local\n  gather_facts: false\n  vars_files:\n"
-        "    - %s/roles/fleet_vllm/defaults/main.yml\n    - %s/roles/vllm_gateway/defaults/main.yml\n"
+        "    - %s/roles/fleet_vllm/defaults/main.yml\n    - %s/roles/fleet_vllm/vars/main.yml\n"
+        "    - %s/roles/vllm_gateway/defaults/main.yml\n"
         "    - %s/roles/vllm_gateway/vars/main.yml\n"
-        "  tasks:\n    - ansible.builtin.debug:\n        msg: \"decided={{ __vllm_gateway_engine_socket }}=\"\n" % (ROOT, ROOT, ROOT))
+        "  tasks:\n    - ansible.builtin.debug:\n        msg: \"decided={{ __vllm_gateway_engine_socket }}=\"\n" % (ROOT, ROOT, ROOT, ROOT))
     run = run_playbook(playbook, extra_vars={"fleet_vllm_engine_socket": setting, "__vllm_gateway_mode": "frontdoor",
                                              "__vllm_gateway_engine_look": {"units": {"vllm.service": unit}}}, timeout=300)
     assert run.rc == 0, run.stdout[-3000:]

@@ -34,6 +34,12 @@ def play(playbook, **extra):
     ({"fleet_vllm_kv_cache_dtype": "float16"}, ["fleet_vllm_kv_cache_dtype is float16", "#54338"]),
     ({"fleet_vllm_served_model_path": ""}, ["fleet_vllm_served_model_path"]),
     ({"vllm_server_extra_args": {"api_key": "s3cret"}}, ["vllm_server_extra_args", "--api-key"]),
+    # Issue 24 point 2: the role makes the socket's directory the service user's; only one of its own below
+    # /run/fleet-vllm may be named, never a path that climbs out of it or one too long for a Unix socket.
+    ({"fleet_vllm_engine_socket": "/run/fleet-vllm/../etc/x.sock"}, ["fleet_vllm_engine_socket is", "/run/fleet-vllm/DIR/NAME"]),
+    ({"fleet_vllm_engine_socket": "/etc/vllm.sock"}, ["fleet_vllm_engine_socket is", "/run/fleet-vllm/DIR/NAME"]),
+    ({"fleet_vllm_engine_socket": "/run/fleet-vllm/.x/e.sock"}, ["fleet_vllm_engine_socket is", "neither starting with a dot"]),
+    ({"fleet_vllm_engine_socket": "/run/fleet-vllm/v/" + "e" * 90}, ["fleet_vllm_engine_socket is", "107 characters at most"]),
     # An existing account that is not a system account (nobody: uid 65534, above SYS_UID_MAX) is not taken over.
     ({"vllm_server_user": "nobody"}, ["vllm_server_user is 'nobody'", "uid 65534", "not a system account",
                                       "vllm_server_adopt_existing_user"]),
