@@ -282,8 +282,10 @@ def _switch_playbook(tmp_path):
 
 
 def _secrets_written(playbook, trace, env):
-    """Runs the playbook under strace; the modes the live secrets file was given by path (chmod, fchmodat)."""
-    proc = subprocess.run(["strace", "-f", "-qq", "-e", "trace=chmod,fchmodat", "-o", str(trace),
+    """Runs the playbook under strace; the modes files were given by path (chmod, fchmodat) or descriptor (fchmod)."""
+    # --seccomp-bpf: strace stops the traced processes at these two calls only, not at every one (Python starts
+    # several; without it this one test took minutes).
+    proc = subprocess.run(["strace", "-f", "--seccomp-bpf", "-qq", "-y", "-e", "trace=chmod,fchmodat,fchmod", "-o", str(trace),
                            str(Path(sys.executable).parent / "ansible-playbook"), str(playbook)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -312,8 +314,13 @@ def test_the_live_secrets_file_is_never_readable_by_others(tmp_path):
         trace = tmp_path / ("strace-%d.txt" % round_)
         proc = _secrets_written(playbook, trace, env)
         assert key not in proc.stdout
-        pattern = r'chmod(?:at)?\((?:AT_FDCWD, )?"%s", (0[0-7]+)\)' % re.escape(str(secrets))
-        modes = [int(m, 8) for m in re.findall(pattern, trace.read_text())]
+        # By path (chmod, fchmodat) or by descriptor (fchmod; strace -y names the file): the live path, or a
+        # temporary file in its directory that is renamed over it (.vllm-secrets.env.*).
+        by_path = r'chmod(?:at)?\((?:AT_FDCWD, )?"%s", (0[0-7]+)\)' % re.escape(str(secrets))
+        by_fd = r'fchmod\([0-9]+<%s(?:\.[^>]*)?>, (0[0-7]+)\)' % re.escape(str(live / ".vllm-secrets.env"))
+        text = trace.read_text()
+        modes = [int(m, 8) for m in re.findall(by_path, text) + re.findall(by_fd, text)]
+        assert modes, "no mode change of the live secrets file was seen: %s" % text[-2000:]
         assert all(m & 0o077 == 0 for m in modes), "the live secrets file was given mode(s) %s" % [oct(m) for m in modes]
         assert stat.S_IMODE(secrets.stat().st_mode) == 0o600 and secrets.read_text() == 'VLLM_API_KEY="%s"\n' % key
         assert stat.S_IMODE((live / "vllm.service").stat().st_mode) == 0o644
