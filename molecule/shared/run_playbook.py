@@ -8,6 +8,9 @@ environment Molecule gives its playbooks: ANSIBLE_CONFIG, the collections path),
 output, and writes $MOLECULE_EPHEMERAL_DIRECTORY/run-NAME.json with:
 
   rc, seconds, argv, the output's tail, the PLAY RECAP per host (ok/changed/failed...),
+  by_host: each host's own results in the output, whole (its "ok: [HOST] => ..." and
+      "fatal: [HOST]: FAILED! => ..." lines with the indented lines under them), so that a check
+      reads what one host answered however long the others' are,
   mirror_log: the hub mirror's request-log lines written during the run (tests/hosts/mirror.sh log),
   polls (with --poll): every change of each host's GET /health answer (through its front door,
       with the key, on the port published on 127.0.0.1), polled every 0.1 s from before the run to its end: [seconds, host, status];
@@ -35,7 +38,34 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 MIRROR = os.path.join(ROOT, "tests", "hosts", "mirror.sh")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# A task's result for one host ("ok: [HOST]", "fatal: [HOST -> localhost]: FAILED! =>", ...).
+RESULT = re.compile(r"^(?:ok|changed|fatal|failed|skipping|unreachable): \[([^\]\s]+)(?: -> [^\]]*)?\]")
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)\s+rescued=(\d+)\s+ignored=(\d+)")
+
+
+def by_host(output):
+    """Each host's results in OUTPUT: {host: text}, the result lines naming it with the lines indented
+    under them (the callback's YAML; a blank line inside a block is kept when indented lines follow)."""
+    hosts = {}
+    lines = output.splitlines()
+    i = 0
+    while i < len(lines):
+        match = RESULT.match(lines[i])
+        if not match:
+            i += 1
+            continue
+        block = [lines[i]]
+        i += 1
+        while i < len(lines):
+            if lines[i][:1] in (" ", "\t"):
+                block.append(lines[i])
+            elif not lines[i].strip() and i + 1 < len(lines) and lines[i + 1][:1] in (" ", "\t"):
+                block.append(lines[i])
+            else:
+                break
+            i += 1
+        hosts.setdefault(match.group(1), []).append("\n".join(block))
+    return {host: "\n".join(blocks) for host, blocks in hosts.items()}
 
 
 def mirror_log():
@@ -167,6 +197,7 @@ def main():
         "seconds": seconds,
         "recap": recap,
         "output_tail": output[-20000:],
+        "by_host": by_host(output),
         "mirror_log": after[len(before):] if after[:len(before)] == before else after,
         "polls": poller.changes if poller else None,
         "urls": poller.urls if poller else None,

@@ -6,7 +6,12 @@ It names the step Molecule reports failed, then the first reasons: Ansible's fai
 (>) and its first E line.
 Molecule draws a box around a command's output and wraps its long lines with two more spaces of
 indentation: the box is removed and the wrapped pieces are joined again. Each line is cut to 240
-characters; at most 12 lines."""
+characters; at most 12 lines.
+
+With --fixture it prints instead, of any scenario's output, what molecule/shared/prepare.yml said
+of the AMX test fixture on each host that has a mode: "HOST: MODE, vLLM's CPU platform picks
+BACKEND", or that the mode was NOT APPLIED on this processor, with the reason (molecule.sh puts
+these lines in its summary)."""
 
 from __future__ import annotations
 
@@ -53,8 +58,22 @@ def digest(text):
     return [line[:WIDTH] for line in out[:LINES]]
 
 
+FIXTURE = "fleet_vllm_test_amx (TEST FIXTURE) on "
+
+
+def fixture_lines(text):
+    """What prepare.yml said of the AMX test fixture, per host with a mode, once each."""
+    out = []
+    for line in unboxed(text):
+        if FIXTURE in line:
+            said = line.split(FIXTURE, 1)[1].split(" (the fixture answers", 1)[0].strip()
+            if said not in out:
+                out.append(said[:WIDTH])
+    return out
+
+
 def main():
-    for line in digest(sys.stdin.read()):
+    for line in (fixture_lines if sys.argv[1:] == ["--fixture"] else digest)(sys.stdin.read()):
         print("  " + line)
     return 0
 

@@ -14,7 +14,7 @@
 #   tests/hosts/molecule.sh test -s default      # arguments go to molecule
 #   tests/hosts/molecule.sh all                  # every scenario in turn, timed; what CI runs
 #   tests/hosts/molecule.sh all default kv_auto  # some of them
-#   tests/hosts/molecule.sh all real_engine@amx-flip  # the real engine on the other CPU backend
+#   FLEET_VLLM_TEST_CPU_AMX=seen tests/hosts/molecule.sh all real_engine  # every real-engine host on AMX_MLA
 #
 # Run as root. FLEET_VLLM_MOLECULE_PREFIX (default fleet-vllm) prefixes the containers' names, so
 # two people on one machine can run the same scenario at once; the network is always
@@ -27,13 +27,14 @@ root=$(cd "${here}/../.." && pwd)
 venv=${FLEET_VLLM_VENV:-${root}/.venv}
 export PATH=${venv}/bin:${PATH}
 export ANSIBLE_INJECT_FACT_VARS=false
-# The scenarios, in the order `all` runs them. NAME@amx-MODE runs NAME with
-# FLEET_VLLM_TEST_CPU_AMX=MODE: real_engine@amx-flip is the real engine on the MLA backend this
-# machine's processor does not get (AMX_MLA without AMX tiles, CPU_MLA with them; the test fixture
-# tests/fixtures/python/fleet_vllm_test_amx.py), so that both branches are proven on any machine
-# that can run them: AMX_MLA needs AVX-512 BF16 (the fixture's header), and where the processor has
-# neither that nor AMX tiles, real_engine@amx-flip is not run and the summary says why.
-scenarios=(default real_engine real_engine@amx-flip kv_auto onboard upgrade_rollback failures gateway)
+# The scenarios, in the order `all` runs them. real_engine runs the real engine on two hosts, one
+# on each MLA backend of vLLM's CPU platform: real-1 on the one this machine's processor gets,
+# real-2 on the other (AMX_MLA without AMX tiles, CPU_MLA with them; the test fixture
+# tests/fixtures/python/fleet_vllm_test_amx.py, molecule/real_engine/molecule.yml), so that both
+# branches are proven on any machine that can run them: AMX_MLA needs AVX-512 BF16 (the fixture's
+# header), and where the processor has neither that nor AMX tiles, real-2 runs the processor's own
+# backend and the summary says so (the fixture's lines of the scenario's prepare step).
+scenarios=(default real_engine kv_auto onboard upgrade_rollback failures gateway)
 
 log() { printf 'molecule.sh: %s\n' "$*" >&2; }
 # What a scenario proves: the first sentence of its molecule.yml's header ("# NAME: ...").
@@ -68,30 +69,18 @@ scenario_log=$(mktemp)
 trap 'rm -f "${scenario_log}"' EXIT
 for scenario in "${scenarios[@]}"; do
     t=${SECONDS}
-    name=${scenario%%@*}
-    amx=${FLEET_VLLM_TEST_CPU_AMX:-}
-    [[ ${scenario} == *@amx-* ]] && amx=${scenario#*@amx-}
-    # A branch this processor cannot run (AMX_MLA without AVX-512 BF16: the fixture says why) is
-    # not run, and the summary says so; the scenario proves the branch the processor takes.
-    if [[ ${scenario} == *@amx-* ]]; then
-        rc=0
-        cannot=$(python3 "${root}/tests/fixtures/python/fleet_vllm_test_amx.py" "${amx}" 2>&1 >/dev/null) || rc=$?
-        if ((rc == 3)); then
-            summary+=("$(printf '%-22s not run on this processor: %s' "${scenario}" "${cannot}")")
-            continue
-        elif ((rc)); then
-            summary+=("$(printf '%-22s FAILED: %s' "${scenario}" "${cannot}")")
-            failed=1
-            continue
-        fi
-    fi
-    if FLEET_VLLM_TEST_CPU_AMX=${amx} molecule test -s "${name}" 2>&1 | tee "${scenario_log}"; then
-        summary+=("$(printf '%-22s passed in %4d s: %s' "${scenario}" $((SECONDS - t)) "$(proves "${name}")")")
+    if molecule test -s "${scenario}" 2>&1 | tee "${scenario_log}"; then
+        summary+=("$(printf '%-22s passed in %4d s: %s' "${scenario}" $((SECONDS - t)) "$(proves "${scenario}")")")
     else
         summary+=("$(printf '%-22s FAILED after %4d s' "${scenario}" $((SECONDS - t)))")
         why+=("  ${scenario}:" "$(python "${here}/failure_digest.py" <"${scenario_log}" || true)")
         failed=1
     fi
+    # Which MLA backend the test fixture's mode gave each host that has one, or that it was not
+    # applied on this processor and why (what molecule/shared/prepare.yml said of each host).
+    while IFS= read -r line; do
+        summary+=("$(printf '%-22s %s' '' "${line}")")
+    done < <(python "${here}/failure_digest.py" --fixture <"${scenario_log}" || true)
 done
 log "scenarios:"
 printf '  %s\n' "${summary[@]}" >&2

@@ -65,7 +65,7 @@ def test_processor_flags_are_the_first_processors(tmp_path):
 
 @pytest.mark.parametrize("mode", amx.MODES)
 def test_the_program_answers_for_this_processor(mode):
-    """The program (what tests/hosts/molecule.sh asks) says what branch() says of this machine's flags."""
+    """The program (what molecule/shared/prepare.yml asks) says what branch() says of this machine's flags."""
     backend, reason = amx.branch(mode, amx.processor_flags(), platform.machine())
     run = subprocess.run([sys.executable, str(FIXTURE), mode], capture_output=True, text=True, check=False)
     if reason is None:

