@@ -348,6 +348,8 @@ class State(object):
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.finished = {"stop": 0, "length": 0}
+        # Requests being answered (vllm:num_requests_running): a hung engine's stay, as vLLM's do.
+        self.running = 0
         self.fault = os.environ.get(FAULT_ENV, "")
         self.fault_file = os.environ.get(FAULT_FILE_ENV) or FAULT_FILE_DEFAULT
         self.eos_first = os.environ.get(FIRST_TOKEN_ENV, "") == "eos"
@@ -484,10 +486,11 @@ class Handler(BaseHTTPRequestHandler):
         labels = 'engine="0",model_name="%s"' % state.served_names[0]
         with state.lock:
             prompt, generation, finished = state.prompt_tokens, state.generation_tokens, dict(state.finished)
+            running = state.running
         lines = [
             "# HELP vllm:num_requests_running Number of requests in model execution batches.",
             "# TYPE vllm:num_requests_running gauge",
-            "vllm:num_requests_running{%s} 0.0" % labels,
+            "vllm:num_requests_running{%s} %.1f" % (labels, running),
             "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
             "# TYPE vllm:num_requests_waiting gauge",
             "vllm:num_requests_waiting{%s} 0.0" % labels,
@@ -521,6 +524,15 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(404, {"detail": "Not Found"})
         if not self._authorized():
             return None
+        with self.state.lock:
+            self.state.running += 1
+        try:
+            return self._complete(path)
+        finally:
+            with self.state.lock:
+                self.state.running -= 1
+
+    def _complete(self, path):
         length = int(self.headers.get("Content-Length") or 0)
         try:
             request = json.loads(self.rfile.read(length).decode("utf-8") or "null")

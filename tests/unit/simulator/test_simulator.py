@@ -21,6 +21,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -546,6 +547,58 @@ def test_fault_file_switches_a_running_engine_to_dead_and_hung_and_back(new_venv
         assert server.request("GET", "/health")[0] == 200
         fault.unlink()
         assert server.request("POST", "/v1/chat/completions", CHAT)[0] == 200
+    finally:
+        server.proc.kill()
+        server.proc.communicate(timeout=60)
+
+
+RUNNING = re.compile(r'^vllm:num_requests_running\{engine="0",model_name="[^"]+"\} (\S+)$', re.M)
+
+
+def requests_running(server):
+    """The value of vllm:num_requests_running on the simulator's /metrics, as text ("0.0")."""
+    status, dummy, body = server.request("GET", "/metrics")
+    assert status == 200, body
+    values = RUNNING.findall(body)
+    assert len(values) == 1, body
+    return values[0]
+
+
+def test_a_hung_request_counts_as_running_in_the_metrics(new_venv, tmp_path):
+    """vllm:num_requests_running counts the requests in flight, a hung engine's too (what the monitoring's
+    FleetVllmEngineWedged reads): 0.0 when idle and after a request is answered, 1.0 while one hangs. The hung request
+    sleeps in the simulator's own daemon thread; the client gives up after a few seconds and the simulator is killed."""
+    fault = tmp_path / "fault"
+    server = Server(new_venv, FIXTURES / "models" / "bf16-kv", FLEET_VLLM_SIM_LOAD_SECONDS="0",
+                    FLEET_VLLM_SIM_FAULT_FILE=str(fault))
+    outcome = []
+
+    def hung_chat():
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        try:
+            conn.request("POST", "/v1/chat/completions", body=json.dumps(CHAT), headers={"Content-Type": "application/json"})
+            outcome.append(conn.getresponse().status)
+        except (OSError, http.client.HTTPException) as exc:
+            outcome.append(exc)
+        finally:
+            conn.close()
+
+    try:
+        server.wait_ready()
+        assert requests_running(server) == "0.0"
+        assert server.request("POST", "/v1/chat/completions", CHAT)[0] == 200
+        assert requests_running(server) == "0.0"
+        fault.write_text("hung\n")
+        client = threading.Thread(target=hung_chat, daemon=True)
+        client.start()
+        deadline = time.monotonic() + 4
+        while requests_running(server) != "1.0" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert requests_running(server) == "1.0"
+        assert server.request("GET", "/health")[0] == 200  # /health answers all the while
+        client.join(timeout=10)
+        assert not client.is_alive()
+        assert len(outcome) == 1 and isinstance(outcome[0], socket.timeout), outcome  # never answered
     finally:
         server.proc.kill()
         server.proc.communicate(timeout=60)
