@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,10 +36,15 @@ def test_deploy_stages_everything_at_once_then_rolls_in_batches():
     proc = run("ansible-playbook", "deploy.yml", "-i", "inventories/example", "--list-tasks", "--list-hosts")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    # Play 1 checks the gateways' settings and changes nothing (issue 24, point 8); play 2 stages.
-    check, rest = out.split("play #2")
+    # The first plays check the gateways' settings (issue 24, point 8) and the monitoring's (issue 22) and change
+    # nothing; then the staging play; the rolling play after the gateways'.
+    plays = {re.match(r"[0-9]+ \([^)]*\): (.*?)\s+TAGS:", chunk).group(1): chunk for chunk in out.split("play #")[1:]}
+    check = plays["Check the fleet's gateways' settings before anything changes"]
     assert "vllm_gateway : Check the gateway settings" in check and "lb-01" in check, check
-    stage, roll = rest.split("play #3")
+    assert list(plays).index("Check the monitoring's settings before anything changes") < list(plays).index(
+        "Stage the next state of every host")
+    stage = plays["Stage the next state of every host"]
+    roll = plays["Roll the hosts whose staged state differs, in batches"]
     phases = ["fleet.vllm.vllm_preflight :", "fleet.vllm.vllm_weights : Plan where",
               "fleet.vllm.vllm_runtime : Install the pinned vLLM", "fleet.vllm.vllm_weights : Link the served",
               "fleet.vllm.vllm_kv_cache :", "fleet.vllm.vllm_nccl : Hand the staged NCCL", "fleet.vllm.vllm_server : Write the directories, the cleanup",

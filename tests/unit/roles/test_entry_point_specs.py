@@ -31,6 +31,9 @@ CROSS_ROLE = {
     # The front door also looks at the server's unit (vllm_server_service_name): whether the engine that runs was
     # started before it had its socket (roles/vllm_gateway/tasks/configure.yml).
     "vllm_gateway": {"vllm_server_api_key", "vllm_server_port", "vllm_server_served_model_name", "vllm_server_service_name"},
+    # The monitoring scrapes each host's metrics listener, which vllm_gateway serves in TLS where the host has a
+    # certificate: the host's own setting (its hostvars), else the one the play gives every host (group all, -e).
+    "vllm_monitoring": {"vllm_gateway_tls_certificate"},
 }
 
 
