@@ -51,9 +51,12 @@ FRONTDOOR_PORT = 8080
 def _load_group_vars():
     """The deployment's variables as the play saw them: the inventory's linked group_vars, a file
     vllm_servers.yml or a directory vllm_servers/ whose files Ansible reads in name order."""
-    path = os.path.join(os.path.dirname(os.environ["MOLECULE_INVENTORY_FILE"]), "group_vars", "vllm_servers")
+    group_vars = os.path.join(os.path.dirname(os.environ["MOLECULE_INVENTORY_FILE"]), "group_vars")
+    path = os.path.join(group_vars, "vllm_servers")
     files = [path + ".yml"] if os.path.exists(path + ".yml") else [
         os.path.join(path, name) for name in sorted(os.listdir(path)) if name.endswith((".yml", ".yaml"))]
+    # group all first: vllm_servers' own win over it, as in Ansible
+    files = [name for name in [os.path.join(group_vars, "all.yml")] if os.path.exists(name)] + files
     merged = {}
     for name in files:
         with open(name, encoding="utf-8") as handle:

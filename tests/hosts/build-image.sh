@@ -75,7 +75,8 @@ else
     #   - the extra CAs + update-ca-certificates (pip and the Hub client verify TLS),
     #   - an empty /etc/machine-id so each container's systemd makes its own,
     #   - no unit needs masking: the image boots to `running` under Podman as it is,
-    #   - multi-user.target as default.
+    #   - multi-user.target as default,
+    #   - the monitoring packages' services disabled (vllm_monitoring starts them where it is asked to).
     # The hooks' "$1" (the new root) is expanded by mmdebstrap's hook shell, not here.
     # shellcheck disable=SC2016
     mmdebstrap \
@@ -92,6 +93,7 @@ else
         --customize-hook='chroot "$1" update-ca-certificates --fresh >/dev/null' \
         --customize-hook='truncate -s 0 "$1/etc/machine-id"; rm -f "$1/var/lib/dbus/machine-id"' \
         --customize-hook='chroot "$1" systemctl set-default multi-user.target' \
+        --customize-hook='chroot "$1" systemctl disable prometheus.service prometheus-alertmanager.service prometheus-node-exporter.service' \
         "${suite}" "${tmp}" \
         "deb ${mirror} ${suite} main" \
         "deb ${mirror} ${suite}-updates main" \

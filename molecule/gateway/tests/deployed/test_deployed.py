@@ -13,6 +13,8 @@ import gateway_hosts as gw
 
 testinfra_hosts = fleet.testinfra_hosts()
 PATHS = [("GET", "/v1/models"), ("POST", "/v1/chat/completions"), ("POST", "/invocations")]
+# The monitoring's listener on every front door and gateway (fleet_vllm_metrics_port; tests/deployed/test_monitoring.py).
+METRICS_PORT = 9180
 
 
 def test_rerun_did_not_reload_or_rewrite_haproxy():
@@ -89,10 +91,12 @@ def test_the_front_doors_and_the_gateway_listen_with_tls_and_the_gateway_verifie
     for name in fleet.instances() + [gw.gateway()]:
         config = gw.exec_in(name, ["cat", gw.CONFIG])
         binds = [line.strip() for line in config.splitlines() if line.strip().startswith("bind ")]
-        assert binds == ["bind *:8080 ssl crt /etc/haproxy/tls/host.pem"], (name, binds)
+        # the front door or the gateway, and the monitoring's metrics listener (the scenario has a monitoring host)
+        assert binds == ["bind *:8080 ssl crt /etc/haproxy/tls/host.pem", "bind *:9180 ssl crt /etc/haproxy/tls/host.pem"], (name, binds)
     config = gw.exec_in(gw.gateway(), ["cat", gw.CONFIG])
     assert "ssl verify required ca-file %s" % gw.CA_FILE in config
-    servers = [line.split() for line in config.splitlines() if line.strip().startswith("server ")]
+    # the fleet's front doors (the metrics listener's own backend has the gateway's node exporter: server node)
+    servers = [line.split() for line in config.splitlines() if line.strip().startswith("server ") and line.split()[1] != "node"]
     assert sorted(words[1] for words in servers) == fleet.instances()
     for words in servers:
         assert words[3:] == ["sni", "str(%s)" % words[1], "check-sni", words[1], "verifyhost", words[1]], words
@@ -108,18 +112,20 @@ def test_no_plain_http_is_answered_on_the_network():
     """A client with the key that speaks plain HTTP to a front door or to the gateway gets no answer
     (the TLS listener takes no plain request): the key it sent is never served in clear."""
     lb, key = gw.gateway(), fleet.api_key()
-    asks = [(name, fleet.FRONTDOOR_PORT, "GET", "/v1/models", key, "") for name in fleet.instances()]
+    asks = [(name, port, "GET", path, key, "") for name in fleet.instances()
+            for port, path in ((fleet.FRONTDOOR_PORT, "/v1/models"), (METRICS_PORT, "/metrics/vllm"))]
     asks.append(("127.0.0.1", 8080, "GET", "/v1/models", key, ""))
     for ask, (status, text) in zip(asks, gw.requests_from(lb, asks, tls=False)):
         assert status in (0, 400), (ask, status, text)  # no HTTP answer, or HAProxy's 400 to a non-TLS hello
         assert fleet.served_name() not in text, (ask, text)
-    # On a fleet host the only TCP listener on the network, besides the peers' rsync socket (a socket
-    # unit: systemd listens, vllm_weights), is the front door's TLS port; vLLM is on loopback.
+    # On a fleet host the only TCP listeners on the network, besides the peers' rsync socket (a socket
+    # unit: systemd listens, vllm_weights), are the front door's TLS port and its metrics listener's (TLS too); vLLM
+    # and the node exporter are on loopback.
     for name in fleet.instances():
         listeners = gw.exec_in(name, ["ss", "-Htlnp"]).splitlines()
         network = sorted(line.split()[3] for line in listeners
                          if not line.split()[3].startswith(("127.", "[::1]")) and 'users:(("systemd"' not in line)
-        assert network == ["0.0.0.0:%d" % fleet.FRONTDOOR_PORT], (name, listeners)
+        assert network == ["0.0.0.0:%d" % fleet.FRONTDOOR_PORT, "0.0.0.0:%d" % METRICS_PORT], (name, listeners)
 
 
 def test_the_gateways_checks_reach_the_front_doors_over_tls():
