@@ -7,7 +7,9 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-apt_packages=(git rsync shellcheck haproxy)
+# prometheus, prometheus-alertmanager, prometheus-node-exporter: promtool and amtool check the monitoring's rules
+# and configurations, and the tests compare the exporters' series with what the rules and dashboard read.
+apt_packages=(git rsync shellcheck haproxy strace prometheus prometheus-alertmanager prometheus-node-exporter)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
