@@ -176,12 +176,17 @@ def test_a_host_that_joins_is_scraped_and_one_that_leaves_is_not(changed):
     assert "gpu-b" not in text and "10.0.0.99" not in text and "tls_config" not in text
 
 
-@needs_amtool
-def test_each_receiver_gets_the_severities_it_asks_for(fleet):
-    path = str(fleet / "alertmanager.yml")
+def checked_alertmanager(directory):
+    """The rendered alertmanager.yml in DIRECTORY, once amtool check-config took it: (its path, its content)."""
+    path = str(directory / "alertmanager.yml")
     proc = amtool("check-config", path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    config = yaml.safe_load((fleet / "alertmanager.yml").read_text())
+    return path, yaml.safe_load((directory / "alertmanager.yml").read_text())
+
+
+@needs_amtool
+def test_each_receiver_gets_the_severities_it_asks_for(fleet):
+    path, config = checked_alertmanager(fleet)
     assert config["route"]["receiver"] == "fleet_vllm_ui_only"
     assert [(r["receiver"], r.get("matchers"), r["continue"]) for r in config["route"]["routes"]] == [
         ("oncall", ['severity=~"page"'], True), ("tickets", ['severity=~"ticket"'], True), ("everything", None, True)]
@@ -194,10 +199,7 @@ def test_each_receiver_gets_the_severities_it_asks_for(fleet):
 
 @needs_amtool
 def test_without_receivers_alerts_stay_in_the_ui(changed):
-    path = str(changed / "alertmanager.yml")
-    proc = amtool("check-config", path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    config = yaml.safe_load((changed / "alertmanager.yml").read_text())
+    path, config = checked_alertmanager(changed)
     assert config["receivers"] == [{"name": "fleet_vllm_ui_only"}]
     assert "routes" not in config["route"] and config["route"]["receiver"] == "fleet_vllm_ui_only"
     proc = amtool("config", "routes", "test", "--config.file=" + path, "alertname=FleetVllmEngineDown", "severity=page")
