@@ -412,16 +412,19 @@ class Handler(BaseHTTPRequestHandler):
 
     def _send(self, status, body=None, content_type="application/json", headers=()):
         data = b"" if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode("utf-8"))
+        # uvicorn logs the access at the response's start, before a byte is sent: a client that has
+        # its answer and hangs up cannot take the line away (over a Unix socket a send after the
+        # peer's close, even of nothing, is EPIPE), and an empty body is not sent at all.
+        reason = self.responses.get(status, ("",))[0]
+        access_log('%s - "%s %s HTTP/1.1" %d %s' % (_client(self.client_address), self.command, self.path, status, reason))
         self.send_response(status)
         self.send_header("content-type", content_type)
         self.send_header("content-length", str(len(data)))
         for key, value in headers:
             self.send_header(key, value)
         self.end_headers()
-        if self.command != "HEAD":
+        if data and self.command != "HEAD":
             self.wfile.write(data)
-        reason = self.responses.get(status, ("",))[0]
-        access_log('%s - "%s %s HTTP/1.1" %d %s' % (_client(self.client_address), self.command, self.path, status, reason))
 
     def parse_request(self):
         # Requests in flight, for --shutdown-timeout (a SIGTERM waits for them): counted once the
