@@ -140,3 +140,27 @@ def resolve_bound(extra=0.0):
     s = settings()
     return (seconds(s["vllm_monitoring_scrape_interval"]) + seconds(s["vllm_monitoring_evaluation_interval"])
             + seconds(s["vllm_monitoring_group_interval"]) + extra + 5)
+
+
+def running_config():
+    """The configuration Prometheus runs (its /api/v1/status/config), parsed."""
+    return yaml.safe_load(api(PROMETHEUS + "/api/v1/status/config")["data"]["yaml"])
+
+
+def loaded_at():
+    """When Prometheus last loaded its configuration (its own series, on the monitoring host's clock), or None
+    before it has scraped itself once."""
+    values = query('max(prometheus_config_last_reload_success_timestamp_seconds{job="prometheus"})')
+    return float(values[0]["value"][1]) if values else None
+
+
+def alerts_between(start, end, step):
+    """Every alert Prometheus had, pending or firing, in [START, END] (its ALERTS series, every STEP seconds):
+    {(alertname, fleet_host, alertstate): [first, last]} on the monitoring host's clock."""
+    data = api(PROMETHEUS + "/api/v1/query_range?" + encode({"query": "ALERTS", "start": start, "end": end, "step": step}))
+    assert data["status"] == "success", data
+    out = {}
+    for series in data["data"]["result"]:
+        labels, times = series["metric"], [float(t) for t, dummy in series["values"]]
+        out[(labels.get("alertname"), labels.get("fleet_host"), labels.get("alertstate"))] = [min(times), max(times)]
+    return out

@@ -34,7 +34,12 @@ export ANSIBLE_INJECT_FACT_VARS=false
 # branches are proven on any machine that can run them: AMX_MLA needs AVX-512 BF16 (the fixture's
 # header), and where the processor has neither that nor AMX tiles, real-2 runs the processor's own
 # backend and the summary says so (the fixture's lines of the scenario's prepare step).
-scenarios=(default real_engine kv_auto onboard upgrade_rollback failures gateway)
+scenarios=(default real_engine kv_auto onboard upgrade_rollback failures gateway monitoring)
+# The scenarios that `all` runs beside the others, started first, each in its own log: monitoring's
+# 10 minutes of an idle fleet (molecule/monitoring/molecule.yml) then pass while the others run,
+# instead of after them. Its hosts are idle meanwhile; the checks that read the hub mirror's log
+# (onboard, failures) keep to their own hosts' addresses.
+beside=(monitoring)
 
 log() { printf 'molecule.sh: %s\n' "$*" >&2; }
 # What a scenario proves: the first sentence of its molecule.yml's header ("# NAME: ...").
@@ -65,22 +70,51 @@ summary=()
 why=()
 failed=0
 total_start=${SECONDS}
-scenario_log=$(mktemp)
-trap 'rm -f "${scenario_log}"' EXIT
-for scenario in "${scenarios[@]}"; do
-    t=${SECONDS}
-    if molecule test -s "${scenario}" 2>&1 | tee "${scenario_log}"; then
-        summary+=("$(printf '%-22s passed in %4d s: %s' "${scenario}" $((SECONDS - t)) "$(proves "${scenario}")")")
+work=$(mktemp -d)
+trap 'rm -rf "${work}"' EXIT
+
+# One scenario's result: its summary lines and, when it failed, why (from its whole output in LOG).
+record() {  # record SCENARIO STATUS SECONDS LOG
+    local scenario=$1 status=$2 seconds=$3 output=$4
+    if [[ ${status} -eq 0 ]]; then
+        summary+=("$(printf '%-22s passed in %4d s: %s' "${scenario}" "${seconds}" "$(proves "${scenario}")")")
     else
-        summary+=("$(printf '%-22s FAILED after %4d s' "${scenario}" $((SECONDS - t)))")
-        why+=("  ${scenario}:" "$(python "${here}/failure_digest.py" <"${scenario_log}" || true)")
+        summary+=("$(printf '%-22s FAILED after %4d s' "${scenario}" "${seconds}")")
+        why+=("  ${scenario}:" "$(python "${here}/failure_digest.py" <"${output}" || true)")
         failed=1
     fi
     # Which MLA backend the test fixture's mode gave each host that has one, or that it was not
     # applied on this processor and why (what molecule/shared/prepare.yml said of each host).
     while IFS= read -r line; do
         summary+=("$(printf '%-22s %s' '' "${line}")")
-    done < <(python "${here}/failure_digest.py" --fixture <"${scenario_log}" || true)
+    done < <(python "${here}/failure_digest.py" --fixture <"${output}" || true)
+}
+
+declare -A beside_pid=()
+for scenario in "${scenarios[@]}"; do
+    [[ " ${beside[*]} " == *" ${scenario} "* ]] || continue
+    log "${scenario}: started beside the other scenarios (its output: ${work}/${scenario}.log, printed when it ends)"
+    (
+        t=${SECONDS}
+        status=0
+        molecule test -s "${scenario}" >"${work}/${scenario}.log" 2>&1 || status=$?
+        echo "${status} $((SECONDS - t))" >"${work}/${scenario}.result"
+    ) &
+    beside_pid[${scenario}]=$!
+done
+for scenario in "${scenarios[@]}"; do
+    [[ -n ${beside_pid[${scenario}]:-} ]] && continue
+    t=${SECONDS}
+    status=0
+    molecule test -s "${scenario}" 2>&1 | tee "${work}/scenario.log" || status=$?
+    record "${scenario}" "${status}" $((SECONDS - t)) "${work}/scenario.log"
+done
+for scenario in "${!beside_pid[@]}"; do
+    wait "${beside_pid[${scenario}]}" || true
+    read -r status seconds <"${work}/${scenario}.result" || { status=1; seconds=0; }
+    log "${scenario}: its output (it ran beside the others)"
+    cat "${work}/${scenario}.log"
+    record "${scenario}" "${status}" "${seconds}" "${work}/${scenario}.log"
 done
 log "scenarios:"
 printf '  %s\n' "${summary[@]}" >&2
