@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The local demo: a two-host "GPU fleet" on this machine, deployed with the collection's own
-# playbook, then asked for a chat completion.
+# The local demo: a two-host "GPU fleet" on this machine behind a gateway, with its monitoring,
+# deployed with the collection's own playbook, then asked for a chat completion through the
+# fleet's one endpoint.
 #
 #   tools/demo.sh          # one command, on a fresh machine (as root); safe to rerun
 #   tools/demo-down.sh     # remove it all again
@@ -11,7 +12,7 @@
 #              engine's over them); the default;
 #   simulator  the engine simulator (tests/simulator, a TEST FIXTURE) serving a Kimi-K2.5-shaped
 #              nvidia/Kimi-K2.5-NVFP4 (inventories/demo): a deploy in under a minute.
-# Switching engines recreates the two hosts.
+# Switching engines recreates the three hosts; a rerun with the same engine reuses them.
 #
 # What it does, each step reusing what is already there:
 #   1. tests/hosts/prepare-machine.sh: Podman (runc, ulimits) for the test hosts;
@@ -20,22 +21,36 @@
 #      standing in for vLLM on a machine without GPUs) as `vllm`, and huggingface_hub;
 #   4. tests/hosts/mirror.sh up: the site's hub mirror (olah) serving a small Kimi-K2.5-shaped
 #      nvidia/Kimi-K2.5-NVFP4, and the wheelhouse, on the podman network fleet-vllm-net;
-#   5. two test hosts, fleet-vllm-demo-1 and -2 (podman run, systemd as PID 1), on that network,
-#      their front door (fleet.vllm.vllm_gateway; its port, key and served model asked of the
-#      roles with the demo's inventory: tests/hosts/endpoint.sh) published on 127.0.0.1:8000 and
-#      127.0.0.1:8001, the wheelhouse at /srv/wheelhouse;
-#   6. molecule/shared/prepare.yml: the fixture nvidia-smi (8x RTX PRO 6000) on each host (the
-#      real engine's inventory says fleet_vllm_platform: cpu and reads no GPU);
+#   5. three test hosts (podman run, systemd as PID 1) on that network (inventories/demo/hosts.yml):
+#      - fleet-vllm-demo-1 and -2, the fleet: their front door (fleet.vllm.vllm_gateway; its port,
+#        key and served model asked of the roles with the demo's inventory: tests/hosts/endpoint.sh)
+#        published on 127.0.0.1:8000 and 127.0.0.1:8001, the wheelhouse at /srv/wheelhouse;
+#      - fleet-vllm-demo-gw, in the groups vllm_gateways and vllm_monitoring: the gateway (its port
+#        asked of the roles too) published on 127.0.0.1:8080, Prometheus on 127.0.0.1:9090 and
+#        Alertmanager on 127.0.0.1:9093 (fleet.vllm.vllm_monitoring's default ports);
+#   6. molecule/shared/prepare.yml: the fixture nvidia-smi (8x RTX PRO 6000) on each fleet host (the
+#      real engine's inventory says fleet_vllm_platform: cpu and reads no GPU), and on every host
+#      the drop-in that lets Debian's haproxy.service start in a container;
 #   7. ansible-playbook deploy.yml -i inventories/demo[-real]  (what an operator runs on a fleet);
-#   8. prints the endpoint and a real request and response.
+#   8. prints the fleet's endpoint (the gateway) and a real request and response through it;
+#   9. waits until Prometheus has both engines' series and both hosts' facts, and prints them and
+#      the alerts firing.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "${root}"
 hosts_dir=${root}/tests/hosts
 network=fleet-vllm-net
-demo_hosts=(fleet-vllm-demo-1 fleet-vllm-demo-2)
+fleet_hosts=(fleet-vllm-demo-1 fleet-vllm-demo-2)
+gateway_host=fleet-vllm-demo-gw
+demo_hosts=("${fleet_hosts[@]}" "${gateway_host}")
+# The ports on this machine's loopback: the front doors' (one each, from first_port), the gateway's,
+# and Prometheus' and Alertmanager's (the same numbers as on the gateway host: the role's defaults,
+# vllm_monitoring_prometheus_port and vllm_monitoring_alertmanager_port, which the demo keeps).
 first_port=8000
+gateway_port=8080
+prometheus_port=9090
+alertmanager_port=9093
 engine=${FLEET_VLLM_DEMO_ENGINE:-real}
 case ${engine} in
     real) inventory=inventories/demo-real; run_opts=(--shm-size=1g) ;;
@@ -68,24 +83,35 @@ echo "image ${image}; wheelhouse ${wheelhouse}; mirror ${FLEET_VLLM_MIRROR_URL} 
 say "5. test hosts ${demo_hosts[*]}"
 answers=${root}/.cache/demo-endpoints
 endpoints_ask "${inventory}" "${answers}"
-frontdoor_port=$(endpoint_field "${answers}" "${demo_hosts[0]}" port)
-port=${first_port}
-for name in "${demo_hosts[@]}"; do
-    have=$(podman container inspect --format '{{.ImageName}} {{.State.Running}} {{index .Config.Labels "org.fleet-vllm.demo-engine"}} {{index .Config.Labels "org.fleet-vllm.demo-frontdoor"}}' \
+frontdoor_port=$(endpoint_field "${answers}" "${fleet_hosts[0]}" port)
+gateway_listen_port=$(endpoint_field "${answers}" "${gateway_host}" port)
+# start_host NAME PUBLISHED [podman run options...]: start the host, or keep the one running from
+# the same image, engine and published ports (labels of the container hold the last two).
+start_host() {
+    local name=$1 published=$2 have spec publish=()
+    shift 2
+    for spec in ${published}; do
+        publish+=(--publish "${spec}")
+    done
+    have=$(podman container inspect --format '{{.ImageName}} {{.State.Running}} {{index .Config.Labels "org.fleet-vllm.demo-engine"}} {{index .Config.Labels "org.fleet-vllm.demo-ports"}}' \
         "${name}" 2>/dev/null || true)
-    if [[ ${have} == "${image} true ${engine} ${frontdoor_port}" ]]; then
-        echo "${name}: running (127.0.0.1:${port})"
-    else
-        [[ -n ${have} ]] && podman rm --force --time 0 "${name}" >/dev/null
-        podman run --detach --name "${name}" --hostname "${name}" --network "${network}" \
-            --systemd=always --publish "127.0.0.1:${port}:${frontdoor_port}" \
-            --volume "${wheelhouse}:/srv/wheelhouse:ro" "${run_opts[@]}" \
-            --label org.fleet-vllm.demo=1 --label "org.fleet-vllm.demo-engine=${engine}" \
-            --label "org.fleet-vllm.demo-frontdoor=${frontdoor_port}" "${image}" >/dev/null
-        echo "${name}: started (127.0.0.1:${port})"
+    if [[ ${have} == "${image} true ${engine} ${published// /,}" ]]; then
+        echo "${name}: running (${published})"
+        return
     fi
+    [[ -n ${have} ]] && podman rm --force --time 0 "${name}" >/dev/null
+    podman run --detach --name "${name}" --hostname "${name}" --network "${network}" \
+        --systemd=always "${publish[@]}" "$@" \
+        --label org.fleet-vllm.demo=1 --label "org.fleet-vllm.demo-engine=${engine}" \
+        --label "org.fleet-vllm.demo-ports=${published// /,}" "${image}" >/dev/null
+    echo "${name}: started (${published})"
+}
+port=${first_port}
+for name in "${fleet_hosts[@]}"; do
+    start_host "${name}" "127.0.0.1:${port}:${frontdoor_port}" --volume "${wheelhouse}:/srv/wheelhouse:ro" "${run_opts[@]}"
     port=$((port + 1))
 done
+start_host "${gateway_host}" "127.0.0.1:${gateway_port}:${gateway_listen_port} 127.0.0.1:${prometheus_port}:${prometheus_port} 127.0.0.1:${alertmanager_port}:${alertmanager_port}"
 for name in "${demo_hosts[@]}"; do
     state=
     for _ in $(seq 1 120); do
@@ -93,8 +119,13 @@ for name in "${demo_hosts[@]}"; do
         [[ ${state} == running || ${state} == degraded ]] && break
         sleep 0.25
     done
-    if [[ ${state} != running ]]; then
-        echo "demo: ${name} did not boot (systemctl is-system-running: ${state})" >&2
+    # A new test host may boot degraded: Debian's haproxy.service fails in these containers until
+    # step 6 gives it its test-host drop-in (molecule/shared/prepare.yml). Any other failed unit is
+    # a host that did not boot.
+    failed=$(podman exec "${name}" systemctl list-units --failed --plain --no-legend 2>/dev/null |
+        awk '$1 != "haproxy.service" {print $1}' | paste -sd' ' || true)
+    if [[ ${state} != running && (${state} != degraded || -n ${failed}) ]]; then
+        echo "demo: ${name} did not boot (systemctl is-system-running: ${state}${failed:+; failed: ${failed}})" >&2
         exit 1
     fi
 done
@@ -107,10 +138,11 @@ deploy_start=${SECONDS}
 ansible-playbook deploy.yml -i "${inventory}"
 deploy_seconds=$((SECONDS - deploy_start))
 
-say "8. the endpoint"
-api_key=$(endpoint_field "${answers}" "${demo_hosts[0]}" api_key)
-model=$(endpoint_field "${answers}" "${demo_hosts[0]}" model)
-url=$(endpoint_field "${answers}" "${demo_hosts[0]}" scheme)://127.0.0.1:${first_port}
+say "8. the fleet's endpoint: the gateway"
+api_key=$(endpoint_field "${answers}" "${gateway_host}" api_key)
+model=$(endpoint_field "${answers}" "${gateway_host}" model)
+url=$(endpoint_field "${answers}" "${gateway_host}" scheme)://127.0.0.1:${gateway_port}
+frontdoors=$(endpoint_field "${answers}" "${fleet_hosts[0]}" scheme)://127.0.0.1
 auth=()
 shown=
 if [[ -n ${api_key} ]]; then
@@ -118,15 +150,50 @@ if [[ -n ${api_key} ]]; then
     shown=" -H 'Authorization: Bearer ${api_key}'"
 fi
 body="{\"model\": \"${model}\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello from the demo fleet\"}], \"max_tokens\": 16}"
-echo "endpoints: ${url} (fleet-vllm-demo-1), http://127.0.0.1:$((first_port + 1)) (fleet-vllm-demo-2)"
-echo "\$ curl -s ${url}/health${shown} -w '%{http_code}'"
-curl --silent --show-error --fail --output /dev/null --write-out '%{http_code}\n' "${auth[@]}" "${url}/health"
+echo "endpoint: ${url} (${gateway_host}, balancing across the front doors of ${fleet_hosts[0]} and -2, each checked with a real completion)"
+echo "front doors: ${frontdoors}:${first_port} (${fleet_hosts[0]}), ${frontdoors}:$((first_port + 1)) (${fleet_hosts[1]})   (vLLM listens on a Unix socket behind each)"
+echo "\$ curl -s -o /dev/null ${url}/v1/models -w '%{http_code}'   # without the key"
+curl --silent --show-error --output /dev/null --write-out '%{http_code}\n' "${url}/v1/models"
 echo "\$ curl -s ${url}/v1/models${shown}   # model ids"
 curl --silent --show-error --fail "${auth[@]}" "${url}/v1/models" |
     python3 -c 'import json, sys; print(", ".join(m["id"] for m in json.load(sys.stdin)["data"]))'
 echo "\$ curl -s ${url}/v1/chat/completions${shown} -H 'Content-Type: application/json' -d '${body}'"
 curl --silent --show-error --fail "${auth[@]}" -H 'Content-Type: application/json' -d "${body}" \
     "${url}/v1/chat/completions" | python3 -m json.tool
+
+say "9. the monitoring: Prometheus http://127.0.0.1:${prometheus_port}, Alertmanager http://127.0.0.1:${alertmanager_port}"
+prometheus=http://127.0.0.1:${prometheus_port}
+# query PROMQL: the series of an instant query, one line each: its labels (without __name__, job and
+# instance) and its value.
+query() {
+    curl --silent --show-error --fail --get "${prometheus}/api/v1/query" --data-urlencode "query=$1" |
+        python3 -c '
+import json, sys
+for series in json.load(sys.stdin)["data"]["result"]:
+    labels = {k: v for k, v in series["metric"].items() if k not in ("__name__", "job", "instance")}
+    print("  " + ", ".join("%s=%s" % item for item in sorted(labels.items())) + "  " + series["value"][1])'
+}
+# Prometheus scrapes every 15 s (the role's default): the first scrapes of a new fleet come within
+# it. Both engines (job vllm) and both hosts' facts (fleet_vllm_info, job node), or it says why not.
+engines='' facts=''
+for _ in $(seq 1 60); do
+    engines=$(query 'count(up{job="vllm"} == 1)' 2>/dev/null | awk '{print $NF}' || true)
+    facts=$(query 'count(fleet_vllm_info)' 2>/dev/null | awk '{print $NF}' || true)
+    [[ ${engines} == "${#fleet_hosts[@]}" && ${facts} == "${#fleet_hosts[@]}" ]] && break
+    sleep 2
+done
+if [[ ${engines} != "${#fleet_hosts[@]}" || ${facts} != "${#fleet_hosts[@]}" ]]; then
+    echo "demo: after 2 minutes Prometheus scrapes ${engines:-0} of the ${#fleet_hosts[@]} engines and has the facts of ${facts:-0}" \
+        "(${prometheus}/targets says why)" >&2
+    exit 1
+fi
+echo "\$ curl -sG ${prometheus}/api/v1/query --data-urlencode 'query=sum by (host) (vllm:generation_tokens_total)'   # tokens each engine generated"
+query 'sum by (host) (vllm:generation_tokens_total)'
+echo "\$ curl -sG ${prometheus}/api/v1/query --data-urlencode 'query=fleet_vllm_info'   # what each host runs (the fleet's facts)"
+query 'fleet_vllm_info'
+echo "\$ curl -s http://127.0.0.1:${alertmanager_port}/api/v2/alerts   # the alerts firing (no receiver: seen here and in its UI)"
+curl --silent --show-error --fail "http://127.0.0.1:${alertmanager_port}/api/v2/alerts" |
+    python3 -c 'import json, sys; print("\n".join(a["labels"]["alertname"] + " " + a["labels"].get("fleet_host", "") for a in json.load(sys.stdin)) or "[] (none)")'
 echo
 echo "demo: deployed in ${deploy_seconds} s, ${SECONDS} s in all."
 if [[ ${engine} == real ]]; then
@@ -136,5 +203,5 @@ else
     echo "The engine behind the endpoint is the test fixture tests/simulator (no GPU here); everything else is what a"
     echo "fleet runs."
 fi
-echo "Rerun: tools/demo.sh (changes nothing); the other engine: make demo ENGINE=$([[ ${engine} == real ]] && echo simulator || echo real);"
-echo "remove: tools/demo-down.sh"
+echo "To see an alert fire: README.md, \"Quick start\". Rerun: tools/demo.sh (changes nothing); the other engine:"
+echo "make demo ENGINE=$([[ ${engine} == real ]] && echo simulator || echo real); remove: tools/demo-down.sh"
