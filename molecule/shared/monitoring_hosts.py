@@ -147,6 +147,25 @@ def running_config():
     return yaml.safe_load(api(PROMETHEUS + "/api/v1/status/config")["data"]["yaml"])
 
 
+def intervals():
+    """(scrape, evaluation) intervals in seconds, as Prometheus runs them."""
+    config = running_config()["global"]
+    return seconds(config["scrape_interval"]), seconds(config["evaluation_interval"])
+
+
+def assert_quiet(start, end, loaded):
+    """Nothing paged in [START, END]: no alert firing at any evaluation, none pending after the first round that
+    followed the configuration's load at LOADED, none in Alertmanager, nothing at the webhook. (A host's node target,
+    with its fleet_vllm_info, can be scraped before its vLLM target is: FleetVllmEngineDown's third clause then holds
+    for one evaluation, and its for: is what keeps that from paging.)"""
+    scrape, evaluation = intervals()
+    alerts = alerts_between(start, end, evaluation)
+    assert {key: span for key, span in alerts.items() if key[2] == "firing"} == {}, alerts
+    assert {key: span for key, span in alerts.items() if span[1] > loaded + 2 * scrape + evaluation} == {}, alerts
+    assert api(ALERTMANAGER + "/api/v2/alerts") == []
+    assert received() == []
+
+
 def loaded_at():
     """When Prometheus last loaded its configuration (its own series, on the monitoring host's clock), or None
     before it has scraped itself once."""
