@@ -35,11 +35,11 @@ fleet host: GET /metrics/vllm, /metrics/haproxy and /metrics/node on its metrics
               the simulator (tests/simulator) behind their front doors, each sent a chat completion a second. Per
               repetition, on hosts not touched before: one engine process killed (SIGKILL: FleetVllmEngineDown) and one
               engine hung (the simulator's fault file says "hung": the request in flight never ends and no token
-              comes out: FleetVllmEngineWedged), each at a random offset within a scrape interval. The bound printed
-              beside each is molecule/shared/monitoring_hosts.py's bound(): docs/monitoring.md's formula (scrape +
-              evaluation + for (+ rate_window for a rate) + group_wait) plus 5 s for the HTTP hops. One more engine gets
-              the simulator's "dead" fault (completions answer 500, /health and /metrics as before) for the whole
-              part: whatever the webhook gets for it is printed.
+              comes out: FleetVllmEngineWedged) and one engine dead (the fault file says "dead": completions answer
+              500, /health and /metrics as before, as the real engine after its EngineCore died:
+              FleetVllmEngine5xxRate), each at a random offset within a scrape interval. The bound printed beside each
+              is molecule/shared/monitoring_hosts.py's bound(): docs/monitoring.md's formula (scrape + evaluation + for
+              (+ rate_window for a rate) + group_wait) plus 5 s for the HTTP hops.
 
 Exit code 0; 1 when an alert came later than its bound or not at all; 2 when a part could not run.
 """
@@ -665,9 +665,10 @@ def part_alerts(ctx, repetitions):
     scrape = monitoring_hosts.seconds(settings["vllm_monitoring_scrape_interval"])
     rate_window = monitoring_hosts.seconds(settings["vllm_monitoring_alerts"]["rate_window"])
     cases = {"killed": ("FleetVllmEngineDown", monitoring_hosts.bound("engine_down_for")),
-             "hung": ("FleetVllmEngineWedged", monitoring_hosts.bound("wedged_for", rate_based=True))}
+             "hung": ("FleetVllmEngineWedged", monitoring_hosts.bound("wedged_for", rate_based=True)),
+             "dead": ("FleetVllmEngine5xxRate", monitoring_hosts.bound("engine_5xx_for", rate_based=True))}
     venv = simulator_venv(ctx["work"])
-    count = 2 * repetitions + 1
+    count = len(cases) * repetitions
     with Processes(ctx["work"] / "logs-alerts") as procs, Servers() as servers:
         mon_dir = ctx["work"] / "mon-alerts"
         ports = {"prometheus": free_port(), "alertmanager": free_port(), "webhook": free_port()}
@@ -710,23 +711,22 @@ def part_alerts(ctx, repetitions):
             early = query(ports["prometheus"], "ALERTS")
             if early:
                 log(f"alerts before any fault (not counted): {sorted(dict(k).get('alertname') for k in early)}")
-            spare = hosts[-1][0]
-            engines[spare][1].write_text("dead\n")
-            spare_since = time.time()
-            results = {"killed": [], "hung": []}
+            results = {case: [] for case in cases}
+            victims = {}  # (alert, host) each fault should fire
             for repetition in range(repetitions):
                 faults = {}
                 offsets = sorted((random.uniform(0, scrape), case) for case in cases)
                 begin = time.monotonic()
                 for offset, case in offsets:
                     time.sleep(max(0.0, begin + offset - time.monotonic()))
-                    name = hosts[2 * repetition + (0 if case == "killed" else 1)][0]
+                    name = hosts[len(cases) * repetition + list(cases).index(case)][0]
                     proc, fault = engines[name]
                     faults[case] = (name, time.time())
+                    victims[(cases[case][0], name)] = case
                     if case == "killed":
                         proc.kill()
                     else:
-                        fault.write_text("hung\n")
+                        fault.write_text(case + "\n")
                     log(f"repetition {repetition + 1}: {case} engine on {name}")
                 deadline = time.monotonic() + max(bound for dummy, bound in cases.values()) + 60
                 pending = dict(faults)
@@ -744,18 +744,13 @@ def part_alerts(ctx, repetitions):
                     log(f"repetition {repetition + 1}: no {cases[case][0]} for {pending[case][0]}")
                     results[case].append(None)
             notes = monitoring_hosts.notified(received(webhook_log))
-            spare_seconds = time.time() - spare_since
-            spare_alerts = sorted({alertname for at, status, alertname, host in notes if host == spare and status == "firing"})
-            expected = {(cases["killed"][0], hosts[2 * r][0]) for r in range(repetitions)}
-            expected |= {(cases["hung"][0], hosts[2 * r + 1][0]) for r in range(repetitions)}
             unexpected = sorted({(alertname, host) for at, status, alertname, host in notes
-                                 if status == "firing" and (alertname, host) not in expected and host != spare})
+                                 if status == "firing" and (alertname, host) not in victims})
         finally:
             traffic.stop()
     return {"settings": settings, "results": results,
             "bounds": {case: bound for case, (dummy, bound) in cases.items()},
             "alerts": {case: alertname for case, (alertname, dummy) in cases.items()},
-            "dead_fault": {"host": spare, "seconds": round(spare_seconds), "alerts": spare_alerts},
             "other_notifications": unexpected}
 
 
@@ -831,10 +826,12 @@ def print_alerts(alerts):
     print(f"\n3. Alert latency, fault -> webhook (Prometheus 2.42, Alertmanager 0.25, the role's rules and alertmanager.yml; "
           f"molecule/gateway's settings: scrape {s['vllm_monitoring_scrape_interval']}, evaluation "
           f"{s['vllm_monitoring_evaluation_interval']}, group_wait {s['vllm_monitoring_group_wait']},\n   engine_down_for "
-          f"{a['engine_down_for']}, wedged_for {a['wedged_for']}, rate_window {a['rate_window']}; the simulator behind "
+          f"{a['engine_down_for']}, wedged_for {a['wedged_for']}, engine_5xx_for {a['engine_5xx_for']}, rate_window "
+          f"{a['rate_window']}; the simulator behind "
           "each front door, a chat completion a second)")
     print(f"   {'fault':<40} {'alert':<22} {'n':>2} {'min s':>6} {'median':>6} {'max s':>6} {'bound s':>7}  verdict")
-    labels = {"killed": "engine process killed (SIGKILL)", "hung": "engine hung, a request in flight"}
+    labels = {"killed": "engine process killed (SIGKILL)", "hung": "engine hung, a request in flight",
+              "dead": "engine dead: API 500, /health 200"}
     for case, values in alerts["results"].items():
         got = [v for v in values if v is not None]
         bound = alerts["bounds"][case]
@@ -842,9 +839,6 @@ def print_alerts(alerts):
         figures = (f"{min(got):>6.1f} {statistics.median(got):>6.1f} {max(got):>6.1f}" if got else f"{'-':>6} {'-':>6} {'-':>6}")
         print(f"   {labels[case]:<40} {alerts['alerts'][case]:<22} {len(values):>2} {figures} {bound:>7.0f}  {verdict}"
               + ("" if len(got) == len(values) else f" ({len(values) - len(got)} never came)"))
-    dead = alerts["dead_fault"]
-    print(f"   engine 'dead' (simulator fault: completions 500, /health 200, /metrics as before) on {dead['host']} for "
-          f"{dead['seconds']} s: {', '.join(dead['alerts']) or 'no alert'}")
     if alerts["other_notifications"]:
         print(f"   other notifications: {alerts['other_notifications']}")
     print("   bound: scrape + evaluation + for (+ rate_window for a rate) + group_wait + 5 s (docs/monitoring.md, "

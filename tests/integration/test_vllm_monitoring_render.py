@@ -138,7 +138,7 @@ def test_prometheus_takes_the_configuration_and_its_rules(fleet):
     assert TOKEN not in (fleet / "prometheus.yml").read_text()
     proc = promtool("check", "config", str(fleet / "prometheus.yml"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 1 rule files found" in proc.stdout and "SUCCESS: 14 rules found" in proc.stdout, proc.stdout
+    assert "SUCCESS: 1 rule files found" in proc.stdout and "SUCCESS: 15 rules found" in proc.stdout, proc.stdout
 
 
 def assert_fleet_targets(directory, servers, dcgm):

@@ -28,6 +28,9 @@ vllm.entrypoints.openai.api_server`` and ``vllm serve``:
   ``{"error": "Unauthorized"}``), so ``/invocations`` runs without the key, as in vLLM; SIGTERM
   (and SIGINT) end it with exit 0, after the requests in flight finished when
   ``--shutdown-timeout`` is more than 0 (vLLM's "drain"), at once otherwise ("abort");
+* ``/metrics`` has the vllm: series the monitoring reads (requests running and waiting, KV-cache
+  usage, token and success counters, the cache config) and, as vLLM's API server exports it,
+  ``http_requests_total`` by handler, method and grouped status (``UNCOUNTED_HANDLERS``);
 * ``--uds PATH``: as vLLM's ``create_server_unix_socket`` (0.33.0), an AF_UNIX stream socket is
   bound at PATH when the server starts, before the load (so PATH exists and refuses connections
   while the model loads), with no unlink of an existing file (one there, even a socket left by an
@@ -337,6 +340,16 @@ def refuse(error_line, tensor_parallel_size):
 # ---- the HTTP server -----------------------------------------------------------------------
 
 
+# The routes the simulator serves, as vLLM's launcher lists them at its start.
+ROUTES = (("/health", "GET"), ("/version", "GET"), ("/metrics", "GET"), ("/v1/models", "GET"),
+          ("/v1/chat/completions", "POST"), ("/ping", "GET, POST"), ("/invocations", "POST"))
+# vLLM's HTTP instrumentation (vllm/entrypoints/serve/instrumentator/metrics.py of 0.16.0 and 0.33.0:
+# prometheus_fastapi_instrumentator's Instrumentator(excluded_handlers=[...]).add(), 8.1.0): its
+# default metric http_requests_total{handler, method, status}, the status grouped ("2xx", "5xx"),
+# a path no route serves counted as handler "none", these handlers not counted at all.
+UNCOUNTED_HANDLERS = ("/metrics", "/health", "/load", "/ping", "/version", "/server_info")
+
+
 class State(object):
     def __init__(self, model, served_names, api_keys, max_model_len, kv_cache_dtype):
         self.model = model
@@ -355,6 +368,16 @@ class State(object):
         self.eos_first = os.environ.get(FIRST_TOKEN_ENV, "") == "eos"
         self.decode_died = False  # fault decode-dead: the first decode step killed the engine
         self.active = 0
+        self.http_requests = {}  # (handler, method, status group): count, vLLM's http_requests_total
+
+    def count_response(self, method, path, status):
+        """One answered request, in http_requests_total as vLLM's instrumentation counts it."""
+        handler = path if path in [route for route, dummy in ROUTES] else "none"
+        if handler in UNCOUNTED_HANDLERS:
+            return
+        key = (handler, method, "%dxx" % (status // 100))
+        with self.lock:
+            self.http_requests[key] = self.http_requests.get(key, 0) + 1
 
     def current_fault(self):
         """The fault file's word while it exists (a test switched the engine), else the unit's; an
@@ -417,6 +440,8 @@ class Handler(BaseHTTPRequestHandler):
         # peer's close, even of nothing, is EPIPE), and an empty body is not sent at all.
         reason = self.responses.get(status, ("",))[0]
         access_log('%s - "%s %s HTTP/1.1" %d %s' % (_client(self.client_address), self.command, self.path, status, reason))
+        # Counted, like the line, before the client can have its answer and ask /metrics.
+        self.state.count_response(self.command, self.path.split("?", 1)[0], status)
         self.send_response(status)
         self.send_header("content-type", content_type)
         self.send_header("content-length", str(len(data)))
@@ -490,6 +515,7 @@ class Handler(BaseHTTPRequestHandler):
         with state.lock:
             prompt, generation, finished = state.prompt_tokens, state.generation_tokens, dict(state.finished)
             running = state.running
+            http_requests = sorted(state.http_requests.items())
         lines = [
             "# HELP vllm:num_requests_running Number of requests in model execution batches.",
             "# TYPE vllm:num_requests_running gauge",
@@ -514,7 +540,10 @@ class Handler(BaseHTTPRequestHandler):
             "# TYPE vllm:cache_config_info gauge",
             'vllm:cache_config_info{block_size="16",cache_dtype="%s",engine="0",gpu_memory_utilization="0.9",'
             'prefix_caching_hash_algo="sha256"} 1.0' % state.kv_cache_dtype,
-        ]
+            "# HELP http_requests_total Total number of requests by method, status and handler.",
+            "# TYPE http_requests_total counter",
+        ] + ['http_requests_total{handler="%s",method="%s",status="%s"} %.1f' % (handler, method, status, count)
+             for (handler, method, status), count in http_requests]
         return "\n".join(lines) + "\n"
 
     def do_POST(self):
@@ -708,8 +737,7 @@ def serve(args, state, unix=None):
             return 1
         log("INFO", "api_server.py:1344", "Starting vLLM API server 0 on http://%s:%d" % (host, port))
     log("INFO", "launcher.py:38", "Available routes are:")
-    for route, methods in (("/health", "GET"), ("/version", "GET"), ("/metrics", "GET"), ("/v1/models", "GET"),
-                           ("/v1/chat/completions", "POST"), ("/ping", "GET, POST"), ("/invocations", "POST")):
+    for route, methods in ROUTES:
         log("INFO", "launcher.py:46", "Route: %s, Methods: %s" % (route, methods))
     access_log("Started server process [%d]" % PID)
     access_log("Waiting for application startup.")

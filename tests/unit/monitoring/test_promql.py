@@ -7,6 +7,7 @@ installed. Every expression parses (promtool), the dashboard's with its Grafana 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -21,6 +22,9 @@ SERIES = promql.series_fixture()
 # Names neither vLLM's nor an exporter's: Prometheus's own up, and the node exporter's textfile collector's
 # fleet_vllm_info and fleet_vllm_models_filesystem_info, which the monitoring role writes on each fleet host.
 OTHER = {"up", "fleet_vllm_info", "fleet_vllm_models_filesystem_info"}
+# The name of vLLM's API server's HTTP instrumentation (prometheus_fastapi_instrumentator's default metric, which vLLM
+# adds: vllm/entrypoints/serve/instrumentator/metrics.py), on the engine's /metrics beside the vllm: series.
+VLLM_HTTP = {"http_requests_total"}
 NODE_EXPORTER = shutil.which("prometheus-node-exporter") or shutil.which("prometheus-node-exporter", path="/usr/bin")
 
 
@@ -64,7 +68,7 @@ def test_every_expression_parses(exprs, tmp_path):
 def test_every_name_is_vllm_an_exporter_or_known(exprs):
     used = names(exprs)
     assert {"vllm:num_requests_running", "haproxy_server_status", "node_filesystem_avail_bytes", "fleet_vllm_info"} <= set(used)
-    unknown = {n: w for n, w in used.items() if not n.startswith(("vllm:", "haproxy_", "node_")) and n not in OTHER}
+    unknown = {n: w for n, w in used.items() if not n.startswith(("vllm:", "haproxy_", "node_")) and n not in OTHER | VLLM_HTTP}
     assert not unknown, unknown
 
 
@@ -80,6 +84,18 @@ def _check_vllm(exprs, venv):
     assert "vllm:num_requests_running" in defined, loggers
     wrong = {n: w for n, w in names(exprs).items() if n.startswith("vllm:") and n not in defined}
     assert not wrong, "not series of the vLLM of %s: %s" % (venv, wrong)
+    # http_requests_total{handler, method, status="5xx"}: vLLM adds the instrumentator's default metrics with the
+    # status grouped, and leaves the OpenAI API's handlers counted.
+    site = loggers.parents[3]
+    attach = (site / "vllm" / "entrypoints" / "serve" / "instrumentator" / "metrics.py").read_text()
+    call = re.search(r"Instrumentator\((.*?)\)\s*\.add\(\)\s*\.instrument\(app\)", attach, re.S)
+    assert call, "vLLM of %s does not add the instrumentator's default metrics" % venv
+    assert "should_group_status_codes" not in call.group(1) and "/v1" not in call.group(1), call.group(1)
+    instrumentator = site / "prometheus_fastapi_instrumentator"
+    assert re.search(r"should_group_status_codes: bool = True", (instrumentator / "instrumentation.py").read_text())
+    default = (instrumentator / "metrics.py").read_text().split("\ndef default(", 1)[1]
+    assert re.search(r'total_label_names = \(\s*"method",\s*"status",\s*"handler",\s*\)\s*TOTAL = Counter\(\s*'
+                     r'name="http_requests_total",', default), "%s: no http_requests_total by method, status, handler" % instrumentator
 
 
 @pytest.mark.vllm

@@ -28,6 +28,7 @@ ALERTS = {
     "FleetVllmEngineDown": ("engine_down_for", []),
     "FleetVllmEngineWedged": ("wedged_for", ["rate_window"]),
     "FleetVllmAdmissionStalled": ("admission_stalled_for", []),
+    "FleetVllmEngine5xxRate": ("engine_5xx_for", ["rate_window", "engine_5xx_ratio"]),
     "FleetVllmTtftP99High": ("ttft_for", ["rate_window", "ttft_p99_seconds"]),
     "FleetVllmQueueTimeHigh": ("queue_time_for", ["rate_window", "queue_time_p99_seconds"]),
     "FleetVllmKvCacheHigh": ("kv_cache_for", ["kv_cache_usage_ratio"]),
@@ -165,9 +166,8 @@ def test_the_duration_pattern_is_what_prometheus_takes(duration, tmp_path):
 
 
 def test_the_argument_spec_lists_every_key():
-    """meta/argument_specs.yml documents vllm_monitoring_alerts key for key (the options of
-    /tmp/h1/argspec_alerts.yml, pasted there), durations as str, thresholds as numbers, no default
-    (the defaults are vars/main.yml's)."""
+    """meta/argument_specs.yml documents vllm_monitoring_alerts key for key, durations as str, thresholds as
+    numbers, no default (the defaults are vars/main.yml's)."""
     specs = promql.ROLE / "meta" / "argument_specs.yml"
     spec = yaml.safe_load(specs.read_text())["argument_specs"]["main"]["options"]["vllm_monitoring_alerts"] if specs.exists() else {}
     if "options" not in spec:

@@ -609,6 +609,42 @@ def test_a_hung_request_counts_as_running_in_the_metrics(new_venv, tmp_path):
         server.proc.communicate(timeout=60)
 
 
+HTTP_REQUESTS = re.compile(r'^http_requests_total\{handler="([^"]+)",method="([^"]+)",status="([^"]+)"\} (\S+)$', re.M)
+
+
+def test_the_api_servers_requests_are_counted_by_handler_method_and_status_as_vllm_counts_them(new_venv, tmp_path):
+    """http_requests_total as vLLM's instrumentation exports it (prometheus_fastapi_instrumentator's default metric, what
+    the monitoring's FleetVllmEngine5xxRate reads): by handler, method and status group; a path no route serves under
+    "none"; /health, /ping, /version and /metrics not counted; an engine with the dead fault counted as 5xx while
+    /health answers 200."""
+    fault = tmp_path / "fault"
+    server = Server(new_venv, FIXTURES / "models" / "bf16-kv", FLEET_VLLM_SIM_LOAD_SECONDS="0",
+                    FLEET_VLLM_SIM_FAULT_FILE=str(fault))
+    try:
+        server.wait_ready()
+        for dummy in range(2):
+            assert server.request("POST", "/v1/chat/completions", CHAT)[0] == 200
+        assert server.request("POST", "/v1/chat/completions", {"messages": "x"})[0] == 400
+        assert server.request("GET", "/v1/models")[0] == 200
+        assert server.request("GET", "/nowhere")[0] == 404
+        for path in ("/health", "/ping", "/version", "/metrics"):
+            assert server.request("GET", path)[0] == 200
+        fault.write_text("dead\n")
+        for dummy in range(3):
+            assert server.request("POST", "/v1/chat/completions", CHAT)[0] == 500
+        assert server.request("GET", "/health")[0] == 200
+        status, dummy, body = server.request("GET", "/metrics")
+        assert status == 200
+        counted = {(handler, method, group): value for handler, method, group, value in HTTP_REQUESTS.findall(body)}
+        assert counted == {("/v1/chat/completions", "POST", "2xx"): "2.0", ("/v1/chat/completions", "POST", "4xx"): "1.0",
+                           ("/v1/chat/completions", "POST", "5xx"): "3.0", ("/v1/models", "GET", "2xx"): "1.0",
+                           ("none", "GET", "4xx"): "1.0"}, body
+        assert "# TYPE http_requests_total counter" in body
+    finally:
+        server.proc.kill()
+        server.proc.communicate(timeout=60)
+
+
 def chat(server, **fields):
     """(status, parsed body) of a chat completion with these request fields."""
     status, dummy, body = server.request("POST", "/v1/chat/completions", dict(CHAT, **fields))

@@ -48,10 +48,21 @@ def test_every_series_the_rules_and_the_dashboard_name_exists_on_the_real_engine
             break
         time.sleep(5)
     assert missing == [], "named by the rules or the dashboard, exported by none of the real fleet's targets: %s" % missing
-    # and the vLLM ones by each real engine
-    for name in [n for n in names if n.startswith("vllm:")]:
+    # and the engine's own (vllm: and its API server's http_requests_total) by each real engine
+    for name in [n for n in names if n.startswith("vllm:") or n == "http_requests_total"]:
         hosts = {series["metric"]["host"] for series in mon.query('count by (host) ({__name__="%s"})' % name)}
         assert hosts == set(fleet.instances()), (name, hosts)
+
+
+def test_each_real_engine_counts_its_api_requests_with_the_labels_the_5xx_alert_reads():
+    """FleetVllmEngine5xxRate reads http_requests_total{job="vllm", handler=~"/v1/.+|/invocations", status="5xx"}: each
+    real engine has answered chat completions (converge, verifiers), counted under their handler with the status grouped."""
+    for name in fleet.instances():
+        series = mon.query('http_requests_total{job="vllm", host="%s", handler=~"/v1/.+|/invocations"}' % name)
+        labels = [s["metric"] for s in series]
+        assert {"handler": "/v1/chat/completions", "method": "POST", "status": "2xx"} in [
+            {k: v for k, v in label.items() if k in ("handler", "method", "status")} for label in labels], (name, labels)
+        assert all(label["status"] in ("1xx", "2xx", "3xx", "4xx", "5xx") for label in labels), (name, labels)
 
 
 def test_every_expression_evaluates():
