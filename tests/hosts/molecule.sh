@@ -34,12 +34,12 @@ export ANSIBLE_INJECT_FACT_VARS=false
 # branches are proven on any machine that can run them: AMX_MLA needs AVX-512 BF16 (the fixture's
 # header), and where the processor has neither that nor AMX tiles, real-2 runs the processor's own
 # backend and the summary says so (the fixture's lines of the scenario's prepare step).
-scenarios=(default real_engine kv_auto onboard upgrade_rollback failures gateway monitoring)
-# The scenarios that `all` runs beside the others, started first, each in its own log: monitoring's
-# 10 minutes of an idle fleet (molecule/monitoring/molecule.yml) then pass while the others run,
-# instead of after them. Its hosts are idle meanwhile; the checks that read the hub mirror's log
+scenarios=(default real_engine kv_auto onboard upgrade_rollback failures gateway)
+# The scenarios that `all` runs beside the others, started first, each in its own log: onboard's
+# 10 minutes of an idle monitored fleet (molecule/onboard/molecule.yml) then pass while the others
+# run, instead of after them. Its hosts are idle meanwhile; the checks that read the hub mirror's log
 # (onboard, failures) keep to their own hosts' addresses.
-beside=(monitoring)
+beside=(onboard)
 
 log() { printf 'molecule.sh: %s\n' "$*" >&2; }
 # What a scenario proves: the first sentence of its molecule.yml's header ("# NAME: ...").

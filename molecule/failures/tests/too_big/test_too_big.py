@@ -21,7 +21,7 @@ def test_the_play_failed_in_preflight_naming_the_fix():
 
 
 def test_no_file_requested_from_the_mirror(host):
-    """None by this host. (The mirror's log is the machine's: the monitoring scenario runs beside this one and
+    """None by this host. (The mirror's log is the machine's: the onboard scenario runs beside this one and
     appears in it with its own hosts' addresses.)"""
     addresses = host.check_output("hostname -I").split()
     assert addresses
