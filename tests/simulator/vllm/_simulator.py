@@ -343,6 +343,7 @@ def refuse(error_line, tensor_parallel_size):
 # The routes the simulator serves, as vLLM's launcher lists them at its start.
 ROUTES = (("/health", "GET"), ("/version", "GET"), ("/metrics", "GET"), ("/v1/models", "GET"),
           ("/v1/chat/completions", "POST"), ("/ping", "GET, POST"), ("/invocations", "POST"))
+ROUTE_PATHS = frozenset(route for route, dummy in ROUTES)
 # vLLM's HTTP instrumentation (vllm/entrypoints/serve/instrumentator/metrics.py of 0.16.0 and 0.33.0:
 # prometheus_fastapi_instrumentator's Instrumentator(excluded_handlers=[...]).add(), 8.1.0): its
 # default metric http_requests_total{handler, method, status}, the status grouped ("2xx", "5xx"),
@@ -372,7 +373,7 @@ class State(object):
 
     def count_response(self, method, path, status):
         """One answered request, in http_requests_total as vLLM's instrumentation counts it."""
-        handler = path if path in [route for route, dummy in ROUTES] else "none"
+        handler = path if path in ROUTE_PATHS else "none"
         if handler in UNCOUNTED_HANDLERS:
             return
         key = (handler, method, "%dxx" % (status // 100))
