@@ -18,6 +18,14 @@ output, and writes $MOLECULE_EPHEMERAL_DIRECTORY/run-NAME.json with:
       as soon as HOST's vllm.service has a new InvocationID (it was restarted) and before its
       /health answers: the InvocationIDs before and after, and whether /health was still down.
 
+A run is bounded (--limit SECONDS, default 1800): one that has not ended by then gets SIGABRT,
+which makes Python's faulthandler (PYTHONFAULTHANDLER=1 in its environment) print every thread's
+stack into the output, then SIGKILL with whatever it started; the record says so ("hung") and the
+exit is 1. After the Ctrl-C of --interrupt-on-restart the same happens after 60 s: an operator's
+second Ctrl-C, with the stacks kept. Seen once in CI (2026-12-04): ansible-core 2.19.14 never
+ended after the SIGINT, which came 30 ms after it had started a worker; with no bound, the
+scenario, and CI, waited until CI's own limit.
+
 Exits 0 when the run ended as expected (--expect fail: ansible-playbook failed), 1 otherwise, so
 that Molecule stops at a surprise.
 """
@@ -71,7 +79,10 @@ def by_host(output):
 def mirror_log():
     if not os.access(MIRROR, os.X_OK):
         return []
-    out = subprocess.run([MIRROR, "log"], capture_output=True, text=True, check=False)
+    try:
+        out = subprocess.run([MIRROR, "log"], capture_output=True, text=True, check=False, timeout=60)
+    except subprocess.TimeoutExpired:
+        return []
     return out.stdout.splitlines() if out.returncode == 0 else []
 
 
@@ -114,9 +125,54 @@ class Poller(threading.Thread):
 
 
 def invocation(name):
-    out = subprocess.run(["podman", "exec", name, "systemctl", "show", "vllm.service", "--property=InvocationID",
-                          "--value"], capture_output=True, text=True, check=False)
+    try:
+        out = subprocess.run(["podman", "exec", name, "systemctl", "show", "vllm.service", "--property=InvocationID",
+                              "--value"], capture_output=True, text=True, check=False, timeout=30)
+    except subprocess.TimeoutExpired:
+        return ""
     return out.stdout.strip()
+
+
+# After the Ctrl-C, how long an operator waits before pressing it again (the docstring above).
+SECOND_INTERRUPT_AFTER = 60
+
+
+def descendants(pid):
+    """PID's processes below it, from /proc (ansible-playbook's workers, their connections)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/stat" % entry, encoding="utf-8", errors="replace") as handle:
+                    stat = handle.read()
+            except OSError:
+                continue
+            children.setdefault(int(stat[stat.rfind(")") + 2:].split()[1]), []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def end_hung(proc, why):
+    """A run that does not end: its threads' stacks (SIGABRT: faulthandler), then SIGKILL for it and
+    what it started. Returns what happened, for the record."""
+    print("run_playbook: ansible-playbook (PID %d) %s: SIGABRT for its threads' stacks, then SIGKILL"
+          % (proc.pid, why), flush=True)
+    below = descendants(proc.pid)
+    try:
+        proc.send_signal(signal.SIGABRT)
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        pass
+    for pid in [proc.pid] + below:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return {"why": why, "pid": proc.pid, "descendants": below}
 
 
 class Interrupter(threading.Thread):
@@ -128,6 +184,7 @@ class Interrupter(threading.Thread):
         self.before = invocation(name)
         self.proc = None
         self.done = threading.Event()
+        self.sent = None  # when the SIGINT went (time.monotonic())
         self.record = {"host": name, "invocation_before": self.before, "invocation_after": None, "health_down": None}
 
     def run(self):
@@ -136,6 +193,7 @@ class Interrupter(threading.Thread):
             now = invocation(self.name_)
             if now and now != self.before and self.proc is not None:
                 self.proc.send_signal(signal.SIGINT)
+                self.sent = time.monotonic()
                 self.record["invocation_after"] = now
                 self.record["health_down"] = Poller.status("%s/health" % fleet().frontdoor_base(self.name_)) != 200
                 self.record["seconds"] = round(time.monotonic(), 2)
@@ -149,6 +207,7 @@ def main():
     parser.add_argument("--expect", choices=["ok", "fail"], required=True)
     parser.add_argument("--poll", action="store_true")
     parser.add_argument("--interrupt-on-restart", metavar="HOST")
+    parser.add_argument("--limit", type=int, default=1800, metavar="SECONDS")
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)
     opts = parser.parse_args(argv[:split])
@@ -164,17 +223,30 @@ def main():
         poller.start()
         time.sleep(0.5)
     print("run_playbook: %s" % " ".join(argv), flush=True)
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", PYTHONFAULTHANDLER="1")
     interrupter = Interrupter(opts.interrupt_on_restart) if opts.interrupt_on_restart else None
+    hung = None
     with subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         if interrupter:
             interrupter.proc = proc
             interrupter.start()
-        stdout, dummy = proc.communicate()
+        while True:
+            try:
+                stdout, dummy = proc.communicate(timeout=2)  # retried: no output is lost
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if hung:
+                continue
+            now = time.monotonic()
+            if interrupter and interrupter.sent and now - interrupter.sent > SECOND_INTERRUPT_AFTER:
+                hung = end_hung(proc, "did not end within %d s of the Ctrl-C" % SECOND_INTERRUPT_AFTER)
+            elif now - start > opts.limit:
+                hung = end_hung(proc, "did not end within %d s (--limit)" % opts.limit)
     proc.stdout = stdout
     if interrupter:
         interrupter.done.set()
-        interrupter.join()
+        interrupter.join(timeout=60)
     seconds = round(time.monotonic() - start, 2)
     if poller:
         time.sleep(0.5)
@@ -202,6 +274,7 @@ def main():
         "polls": poller.changes if poller else None,
         "urls": poller.urls if poller else None,
         "interrupt": interrupter.record if interrupter else None,
+        "hung": hung,
     }
     path = os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "run-%s.json" % opts.name)
     # The full output, also where it outlives Molecule's ephemeral directory (CI artifacts).
@@ -214,7 +287,9 @@ def main():
     for json_path in (path, os.path.join(logs, "%s-%s.json" % (scenario, opts.name))):
         with open(json_path, "w", encoding="utf-8") as handle:
             json.dump(result, handle, indent=1)
-    ok = (proc.returncode == 0) == (opts.expect == "ok")
+    # A run that had to be ended is a surprise, except after the Ctrl-C: there it is an operator's
+    # second Ctrl-C, and the run is what it was meant to be, an interrupted one.
+    ok = (proc.returncode == 0) == (opts.expect == "ok") and not (hung and not interrupter)
     print("run_playbook: %s rc=%d in %.1f s (expected %s): %s" % (opts.name, proc.returncode, seconds, opts.expect,
                                                                   "as expected" if ok else "UNEXPECTED"), flush=True)
     return 0 if ok else 1

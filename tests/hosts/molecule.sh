@@ -41,6 +41,11 @@ scenarios=(default real_engine kv_auto onboard upgrade_rollback failures gateway
 # (onboard, failures) keep to their own hosts' addresses.
 beside=(onboard)
 
+# A scenario still running after this many seconds is stopped (SIGTERM, SIGKILL a minute later) and
+# fails with its log: a hang then costs one scenario's bound instead of CI's whole limit. The
+# longest scenario (onboard, with its 10 idle minutes) takes about 1,500 s on 2 busy cores.
+scenario_limit=${FLEET_VLLM_SCENARIO_LIMIT:-2400}
+
 log() { printf 'molecule.sh: %s\n' "$*" >&2; }
 # What a scenario proves: the first sentence of its molecule.yml's header ("# NAME: ...").
 proves() {
@@ -79,7 +84,8 @@ record() {  # record SCENARIO STATUS SECONDS LOG
     if [[ ${status} -eq 0 ]]; then
         summary+=("$(printf '%-22s passed in %4d s: %s' "${scenario}" "${seconds}" "$(proves "${scenario}")")")
     else
-        summary+=("$(printf '%-22s FAILED after %4d s' "${scenario}" "${seconds}")")
+        summary+=("$(printf '%-22s FAILED after %4d s%s' "${scenario}" "${seconds}" \
+            "$([[ ${status} -eq 124 || ${status} -eq 137 ]] && echo ": stopped at its limit (FLEET_VLLM_SCENARIO_LIMIT=${scenario_limit})")")")
         why+=("  ${scenario}:" "$(python "${here}/failure_digest.py" <"${output}" || true)")
         failed=1
     fi
@@ -97,7 +103,7 @@ for scenario in "${scenarios[@]}"; do
     (
         t=${SECONDS}
         status=0
-        molecule test -s "${scenario}" >"${work}/${scenario}.log" 2>&1 || status=$?
+        timeout --kill-after=60 "${scenario_limit}" molecule test -s "${scenario}" >"${work}/${scenario}.log" 2>&1 || status=$?
         echo "${status} $((SECONDS - t))" >"${work}/${scenario}.result"
     ) &
     beside_pid[${scenario}]=$!
@@ -106,7 +112,7 @@ for scenario in "${scenarios[@]}"; do
     [[ -n ${beside_pid[${scenario}]:-} ]] && continue
     t=${SECONDS}
     status=0
-    molecule test -s "${scenario}" 2>&1 | tee "${work}/scenario.log" || status=$?
+    timeout --kill-after=60 "${scenario_limit}" molecule test -s "${scenario}" 2>&1 | tee "${work}/scenario.log" || status=$?
     record "${scenario}" "${status}" $((SECONDS - t)) "${work}/scenario.log"
 done
 for scenario in "${!beside_pid[@]}"; do

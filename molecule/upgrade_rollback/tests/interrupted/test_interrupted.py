@@ -5,6 +5,8 @@ whole fleet converged: the first host (its fault gone) restarted, nothing else d
 
 from __future__ import annotations
 
+import warnings
+
 import fleet_hosts as fleet
 
 testinfra_hosts = fleet.testinfra_hosts()
@@ -16,6 +18,9 @@ def test_interrupted_after_the_restart_before_the_model_answered():
     assert run["rc"] != 0, run["output_tail"][-2000:]
     assert interrupt["invocation_after"] and interrupt["invocation_after"] != interrupt["invocation_before"]
     assert interrupt["health_down"] is True, "interrupted too late: the model had loaded already"
+    if run.get("hung"):
+        # ansible-core's bug, not the roles': the operator's second Ctrl-C ended it (run_playbook.py).
+        warnings.warn("ansible-playbook %s; its threads' stacks are in the run's log" % run["hung"]["why"])
 
 
 def test_rerun_adopted_without_restarting():
