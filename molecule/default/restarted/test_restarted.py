@@ -1,8 +1,8 @@
-"""default, after the side effect restarts.yml: three times the service was stopped and deploy.yml
-started it again, with no file changed (no daemon-reload to empty systemd's start counter). With
-the converge's start that made four starts within StartLimitIntervalSec, one more than
-StartLimitBurst: each deploy started it all the same (the roll resets the start counter before a
-deliberate start), and it serves."""
+"""default, after the side effect restarts.yml: three times the service was stopped and started
+again, once by hand (systemctl start), then twice by deploy.yml, with no file changed (no
+daemon-reload to empty systemd's start counter). With the converge's start the last deploy's was
+the fourth within StartLimitIntervalSec, one more than StartLimitBurst: each deploy started it all
+the same (the roll resets the start counter before a deliberate start), and it serves."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import os
 import fleet_hosts as fleet
 
 testinfra_hosts = fleet.testinfra_hosts()
-RUNS = ("restart-1", "restart-2", "restart-3")
+RUNS = ("restart-2", "restart-3")
 
 
 def test_each_deploy_started_every_host():
@@ -51,7 +51,7 @@ LIST = "find %s -path %s/.cache -prune -o ! -type d -printf '%%P\\n'"
 def test_files_the_listing_does_not_name_were_moved_aside_and_are_not_served(host):
     """Issue 24, point 4: files beside the correctly hashed listed ones were taken as part of a complete snapshot and
     linked into the served directory. The first deploy after the planting moved them out of the snapshot, kept, and
-    reported them; the next two found nothing to move; none is served, and the engine serves (test_the_service_serves)."""
+    reported them; the next found nothing to move; none is served, and the engine serves (test_the_service_serves)."""
     planted = fleet.name_of(host) == fleet.instances()[0]
     snapshot = host.check_output("dirname %s/*/%s", fleet.PRISTINE_PARENT, fleet.SNAPSHOT_MANIFEST)
     commit = snapshot.rsplit("/", 1)[1]
@@ -79,7 +79,7 @@ def test_files_the_listing_does_not_name_were_moved_aside_and_are_not_served(hos
             assert host.file("%s/%s" % (where, rel)).content_string == text
     assert host.file("%s/.fleet-vllm-rejected" % fleet.PRISTINE_PARENT).mode == 0o700
     # Reported in the first deploy's output, names and sizes (the module's warning; its message too, wrapped there).
-    with open(os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "run-restart-1.log"), encoding="utf-8") as handle:
+    with open(os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "run-restart-2.log"), encoding="utf-8") as handle:
         warnings = [line for line in handle if line.startswith("[WARNING]: ") and "not in the hub's listing" in line]
     assert len(warnings) == 1 and "5 file(s) not in the hub's listing of the commit were in the snapshot and were moved " \
         "out of it, never served: chat_template.jinja (6 bytes), evil.py (10 bytes), extra/hook.py (6 bytes), " \
