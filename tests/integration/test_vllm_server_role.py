@@ -25,7 +25,9 @@ def play(playbook, **extra):
     return run.rc, run.stats(), run.task_list()
 
 
-@pytest.mark.parametrize("variables, words", [
+# Each bad input, with what its message must say. All of them run in one ansible-playbook run, one
+# inventory host per case (bad_input_run): a run per case cost about 2.5 s, for 44 cases.
+BAD_INPUTS = [
     ({"fleet_vllm_tensor_parallel_size": 3}, ["fleet_vllm_tensor_parallel_size is 3", "8 GPUs"]),
     ({"fleet_vllm_tensor_parallel_size": 16}, ["fleet_vllm_tensor_parallel_size is 16", "8 GPUs"]),
     ({"vllm_server_port": 70000}, ["vllm_server_port is 70000", "1 to 65535"]),
@@ -86,14 +88,31 @@ def play(playbook, **extra):
     ({"vllm_server_allowed_media_domains": ["*.example.com"]}, ["vllm_server_allowed_media_domains has", "wildcard"]),
     ({"vllm_server_extra_args": ["--allowed-media-domains", "evil.example"]},
      ["vllm_server_extra_args sets --allowed-media-domains", "vllm_server_allowed_media_domains"]),
-])
-def test_bad_input_fails_before_anything_changes(variables, words):
-    user = "fleet-vllm-test-never"
-    extra = {"fleet_vllm_served_model_path": "/srv/models/kimi", "vllm_server_user": user,
-             "vllm_server_env_dir": "/nonexistent-fleet-vllm/etc", "fleet_vllm_state_dir": "/nonexistent-fleet-vllm/state"}
-    extra.update(variables)
-    rc, stats, tasks = play("vllm_server.yml", **extra)
-    assert rc != 0 and stats["failures"] == 1 and stats["changed"] == 0
+]
+BAD_INPUT_USER = "fleet-vllm-test-never"
+
+
+@pytest.fixture(scope="module")
+def bad_input_run(tmp_path_factory):
+    """tests/integration/playbooks/vllm_server_cases.yml on one local host per bad input (case-N: that
+    case's variables over the same harmless rest), each failing or not on its own."""
+    common = {"fleet_vllm_served_model_path": "/srv/models/kimi", "vllm_server_user": BAD_INPUT_USER,
+              "vllm_server_env_dir": "/nonexistent-fleet-vllm/etc", "fleet_vllm_state_dir": "/nonexistent-fleet-vllm/state",
+              "ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    hosts = {"case-%d" % i: dict(common, **variables) for i, (variables, dummy) in enumerate(BAD_INPUTS)}
+    inventory = tmp_path_factory.mktemp("bad-input") / "inventory.json"  # the yaml inventory plugin reads JSON
+    inventory.write_text(json.dumps({"all": {"hosts": hosts}}))
+    return run_playbook(ROOT / "tests" / "integration" / "playbooks" / "vllm_server_cases.yml", "-i", inventory,
+                        path=[FIXTURES / "bin"], env={"FLEET_VLLM_FAKE_GPUS": "rtx-pro-6000-x8"}, timeout=600)
+
+
+@pytest.mark.parametrize("case", range(len(BAD_INPUTS)),
+                         ids=["%d-%s" % (i, next(iter(v))) for i, (v, dummy) in enumerate(BAD_INPUTS)])
+def test_bad_input_fails_before_anything_changes(bad_input_run, case):
+    words = BAD_INPUTS[case][1]
+    host = "case-%d" % case
+    stats, tasks = bad_input_run.stats(host), bad_input_run.task_list(host)
+    assert bad_input_run.rc != 0 and stats["failures"] == 1 and stats["changed"] == 0, (stats, tasks)
     msg = [r for dummy, r in tasks if r.get("failed")][0]["msg"]
     assert all(word in msg for word in words), msg
     assert "s3cret" not in json.dumps(tasks)
@@ -101,7 +120,7 @@ def test_bad_input_fails_before_anything_changes(variables, words):
     ran = [name for name, dummy in tasks]
     assert not any(name.startswith(("Create", "Write", "Install")) for name in ran), ran
     with pytest.raises(KeyError):
-        pwd.getpwnam(user)
+        pwd.getpwnam(BAD_INPUT_USER)
     assert not Path("/nonexistent-fleet-vllm").exists()
 
 
