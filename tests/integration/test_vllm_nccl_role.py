@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT, run_playbook
+from conftest import ROOT, run_cases, run_playbook
 
 pytestmark = [pytest.mark.integration]
 
@@ -69,7 +69,8 @@ def test_override_null_removes_a_default_and_values_read_back(tmp_path):
     assert "NCCL_P2P_LEVEL" not in env_file.read_text()
 
 
-@pytest.mark.parametrize("env, words", [
+# Each bad fleet_vllm_nccl_env, with what its message must say; all in one run (bad_input_run).
+BAD_INPUTS = [
     ({"LD_PRELOAD": "/tmp/x.so"}, ["fleet_vllm_nccl_env", "LD_PRELOAD", "NCCL_*"]),
     ({"nccl proto": "LL"}, ["fleet_vllm_nccl_env", "nccl proto"]),
     ({"VLLM_API_KEY": "secret"}, ["fleet_vllm_nccl_env", "VLLM_API_KEY", "vllm_server_api_key"]),
@@ -79,15 +80,31 @@ def test_override_null_removes_a_default_and_values_read_back(tmp_path):
     ({"VLLM_ALLOW_INSECURE_SERIALIZATION": 1}, ["fleet_vllm_nccl_env", "VLLM_ALLOW_INSECURE_SERIALIZATION", "reviewed"]),
     ({"VLLM_PLUGINS": "evil"}, ["fleet_vllm_nccl_env", "VLLM_PLUGINS", "reviewed"]),
     ({"NCCL_P2P_DISABLE": 1, "VLLM_NEW_THING": 1}, ["fleet_vllm_nccl_env", "VLLM_NEW_THING", "reviewed"]),
-])
-def test_bad_input_fails_naming_the_variable_before_anything_changes(tmp_path, env, words):
-    env_file = tmp_path / "nccl.env"
-    env_file.write_text("untouched\n")
-    rc, stats, tasks = play(env_file, fleet_vllm_nccl_env=env)
-    assert rc != 0 and stats["failures"] == 1 and stats["changed"] == 0
+]
+
+
+@pytest.fixture(scope="module")
+def bad_input_run(tmp_path_factory):
+    """The role on one local host per bad input (tests/conftest.py run_cases), each with a file of its
+    own that says "untouched"; the run and the files by case."""
+    directory = tmp_path_factory.mktemp("bad-input")
+    files = []
+    for number in range(len(BAD_INPUTS)):
+        files.append(directory / ("nccl-%d.env" % number))
+        files[-1].write_text("untouched\n")
+    cases = [{"fleet_vllm_nccl_env_file": str(path), "fleet_vllm_nccl_env": env} for path, (env, dummy) in zip(files, BAD_INPUTS)]
+    return run_cases(PLAYBOOK, cases, directory, timeout=300), files
+
+
+@pytest.mark.parametrize("case", range(len(BAD_INPUTS)), ids=[next(iter(env)) for env, dummy in BAD_INPUTS])
+def test_bad_input_fails_naming_the_variable_before_anything_changes(bad_input_run, case):
+    run, files = bad_input_run
+    words = BAD_INPUTS[case][1]
+    stats, tasks = run.stats("case-%d" % case), run.tasks("case-%d" % case)
+    assert run.rc != 0 and stats["failures"] == 1 and stats["changed"] == 0, (stats, tasks)
     failed = [t for t in tasks.values() if t.get("failed")]
     assert all(word in failed[0]["msg"] for word in words), failed[0]["msg"]
-    assert env_file.read_text() == "untouched\n"
+    assert files[case].read_text() == "untouched\n"
     assert "secret" not in failed[0]["msg"]
 
 

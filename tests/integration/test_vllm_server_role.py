@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, ROOT, prerequisite, run_playbook
+from conftest import FIXTURES, ROOT, prerequisite, run_cases, run_playbook
 
 pytestmark = [pytest.mark.integration]
 SCRIPT_CLEANUP = ROOT / "roles" / "vllm_server" / "files" / "cleanup"
@@ -94,16 +94,13 @@ BAD_INPUT_USER = "fleet-vllm-test-never"
 
 @pytest.fixture(scope="module")
 def bad_input_run(tmp_path_factory):
-    """tests/integration/playbooks/vllm_server_cases.yml on one local host per bad input (case-N: that
+    """tests/integration/playbooks/vllm_server.yml on one local host per bad input (case-N: that
     case's variables over the same harmless rest), each failing or not on its own."""
     common = {"fleet_vllm_served_model_path": "/srv/models/kimi", "vllm_server_user": BAD_INPUT_USER,
-              "vllm_server_env_dir": "/nonexistent-fleet-vllm/etc", "fleet_vllm_state_dir": "/nonexistent-fleet-vllm/state",
-              "ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    hosts = {"case-%d" % i: dict(common, **variables) for i, (variables, dummy) in enumerate(BAD_INPUTS)}
-    inventory = tmp_path_factory.mktemp("bad-input") / "inventory.json"  # the yaml inventory plugin reads JSON
-    inventory.write_text(json.dumps({"all": {"hosts": hosts}}))
-    return run_playbook(ROOT / "tests" / "integration" / "playbooks" / "vllm_server_cases.yml", "-i", inventory,
-                        path=[FIXTURES / "bin"], env={"FLEET_VLLM_FAKE_GPUS": "rtx-pro-6000-x8"}, timeout=600)
+              "vllm_server_env_dir": "/nonexistent-fleet-vllm/etc", "fleet_vllm_state_dir": "/nonexistent-fleet-vllm/state"}
+    return run_cases(ROOT / "tests" / "integration" / "playbooks" / "vllm_server.yml",
+                     [variables for variables, dummy in BAD_INPUTS], tmp_path_factory.mktemp("bad-input"), common,
+                     path=[FIXTURES / "bin"], env={"FLEET_VLLM_FAKE_GPUS": "rtx-pro-6000-x8"}, timeout=600)
 
 
 @pytest.mark.parametrize("case", range(len(BAD_INPUTS)),
