@@ -67,7 +67,7 @@ step changelog antsibull-changelog lint
 step sanity tools/sanity.sh
 # make mutation's setup and selected tests, its explained survivors still there (seconds).
 step mutation tools/mutation.sh --check
-step pytest env FLEET_VLLM_REQUIRE_VLLM=1 python -m pytest
+step pytest env FLEET_VLLM_REQUIRE_VLLM=1 python -m pytest --durations=30
 
 # The collection in an execution environment (make test-ee: ansible-builder, Podman, two hosts,
 # ansible-navigator): root and Podman as the scenarios, about 4 minutes from cold, run while the
