@@ -4,6 +4,7 @@ tests/unit/roles/test_entry_point_specs.py each role entry point with."""
 
 from __future__ import annotations
 
+import functools
 import re
 import warnings
 
@@ -107,6 +108,13 @@ def _task_files(node, found):
     return found
 
 
+@functools.lru_cache(maxsize=None)
+def parse(text):
+    """TEXT as YAML, parsed once per text (the task files are asked for again by every entry point
+    that includes them), with libyaml's safe loader where PyYAML has it. Callers never change it."""
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 def entry_point_reads(role_dir, entry):
     """The names one entry point of a role reads (tasks/ENTRY.yml, the task files it imports or
     includes, the templates they render, and through them the role's vars and defaults), less
@@ -119,8 +127,8 @@ def entry_point_reads(role_dir, entry):
             continue
         seen.append(name)
         text = (tasks / name).read_text()
-        walk(yaml.safe_load(text), reads, defines)
-        pending.extend(_task_files(yaml.safe_load(text), []))
+        walk(parse(text), reads, defines)
+        pending.extend(_task_files(parse(text), []))
         templates.update(TEMPLATE.findall(text))
     # A read of a variable of the role's vars or defaults reads what that variable's value reads,
     # and the templates it renders.
@@ -128,7 +136,7 @@ def entry_point_reads(role_dir, entry):
     for part in ("defaults", "vars"):
         path = role_dir / part / "main.yml"
         if path.is_file():
-            definitions.update(yaml.safe_load(path.read_text()) or {})
+            definitions.update(parse(path.read_text()) or {})
     rendered, frontier = set(), set(reads)
     while frontier or templates - rendered:
         for template in sorted(templates - rendered):
