@@ -31,16 +31,45 @@ start=${SECONDS}
 declare -a results
 failed=0
 
+record() {  # record NAME passed|FAILED SECONDS: a line of the summary; a failure fails the run
+    if [[ $2 == passed ]]; then
+        results+=("$(printf '%-10s passed in %4d s' "$1" "$3")")
+    else
+        results+=("$(printf '%-10s FAILED after %4d s' "$1" "$3")")
+        failed=1
+    fi
+}
+
 step() {  # step NAME COMMAND...: run it, record the result
     local name=$1 t=${SECONDS}
     shift
     printf '\n== test.sh: %s\n' "${name}"
     if "$@"; then
-        results+=("$(printf '%-10s passed in %4d s' "${name}" $((SECONDS - t)))")
+        record "${name}" passed $((SECONDS - t))
     else
-        results+=("$(printf '%-10s FAILED after %4d s' "${name}" $((SECONDS - t)))")
-        failed=1
+        record "${name}" FAILED $((SECONDS - t))
     fi
+}
+
+# background NAME COMMAND...: run it in the background, its output in ${logs}/NAME.log and its
+# verdict and seconds in ${logs}/NAME.result (collect reads them).
+background() {
+    local name=$1
+    shift
+    rm -f "${logs}/${name}.result"
+    (
+        t=${SECONDS}
+        if "$@" >"${logs}/${name}.log" 2>&1; then
+            echo "passed $((SECONDS - t))" >"${logs}/${name}.result"
+        else
+            echo "FAILED $((SECONDS - t))" >"${logs}/${name}.result"
+        fi
+    ) &
+}
+
+collect() {  # collect NAME PID: wait for it; sets verdict and seconds from ${logs}/NAME.result
+    wait "$2"
+    read -r verdict seconds <"${logs}/$1.result" || { verdict=FAILED; seconds=0; }
 }
 
 molecule_pid=
@@ -49,16 +78,8 @@ if [[ -z ${FLEET_VLLM_SKIP_MOLECULE:-} ]]; then
         echo "test.sh: the Molecule scenarios need root (rootful Podman); FLEET_VLLM_SKIP_MOLECULE=1 skips them" >&2
         exit 1
     fi
-    rm -f "${logs}/molecule.result"
     printf '== test.sh: Molecule scenarios started in the background (log: %s)\n' "${logs}/molecule.log"
-    (
-        t=${SECONDS}
-        if "${root}/tests/hosts/molecule.sh" all >"${logs}/molecule.log" 2>&1; then
-            echo "passed $((SECONDS - t))" >"${logs}/molecule.result"
-        else
-            echo "FAILED $((SECONDS - t))" >"${logs}/molecule.result"
-        fi
-    ) &
+    background molecule "${root}/tests/hosts/molecule.sh" all
     molecule_pid=$!
 fi
 
@@ -77,16 +98,8 @@ step pytest env FLEET_VLLM_REQUIRE_VLLM=1 python -m pytest --durations=30
 # .cache/test-logs/test-ee.log; its end here.
 ee_pid=
 if [[ -n ${molecule_pid} ]]; then
-    rm -f "${logs}/test-ee.result"
     printf '\n== test.sh: test-ee started in the background (log: %s)\n' "${logs}/test-ee.log"
-    (
-        t=${SECONDS}
-        if tests/ee/test-ee.sh >"${logs}/test-ee.log" 2>&1; then
-            echo "passed $((SECONDS - t))" >"${logs}/test-ee.result"
-        else
-            echo "FAILED $((SECONDS - t))" >"${logs}/test-ee.result"
-        fi
-    ) &
+    background test-ee tests/ee/test-ee.sh
     ee_pid=$!
 fi
 # The modules under the oldest supported ansible-core's AnsibleModule (make test-compat runs the
@@ -95,21 +108,14 @@ step compat tools/compat.sh oldest --modules
 
 if [[ -n ${ee_pid} ]]; then
     printf '\n== test.sh: waiting for test-ee\n'
-    wait "${ee_pid}"
-    read -r verdict seconds <"${logs}/test-ee.result" || { verdict=FAILED; seconds=0; }
+    collect test-ee "${ee_pid}"
     sed 's/\x1b\[[0-9;]*[A-Za-z]//g' "${logs}/test-ee.log" | tail -n "$([[ ${verdict} == passed ]] && echo 6 || echo 60)"
-    if [[ ${verdict} == passed ]]; then
-        results+=("$(printf '%-10s passed in %4d s' test-ee "${seconds}")")
-    else
-        results+=("$(printf '%-10s FAILED after %4d s' test-ee "${seconds}")")
-        failed=1
-    fi
+    record test-ee "${verdict}" "${seconds}"
 fi
 
 if [[ -n ${molecule_pid} ]]; then
     printf '\n== test.sh: waiting for the Molecule scenarios\n'
-    wait "${molecule_pid}"
-    read -r verdict seconds <"${logs}/molecule.result" || { verdict=FAILED; seconds=0; }
+    collect molecule "${molecule_pid}"
     if [[ ${verdict} != passed ]]; then
         printf '\n== test.sh: the end of %s:\n' "${logs}/molecule.log"
         tail -n 150 "${logs}/molecule.log" | sed 's/\x1b\[[0-9;]*m//g'
@@ -118,12 +124,7 @@ if [[ -n ${molecule_pid} ]]; then
     # failed: last, so that they are in the tail of CI's log.
     printf '\n'
     sed -n '/^molecule.sh: scenarios:/,$p' "${logs}/molecule.log"
-    if [[ ${verdict} == passed ]]; then
-        results+=("$(printf '%-10s passed in %4d s' molecule "${seconds}")")
-    else
-        results+=("$(printf '%-10s FAILED after %4d s' molecule "${seconds}")")
-        failed=1
-    fi
+    record molecule "${verdict}" "${seconds}"
 fi
 
 printf '\n== test.sh: summary (%d s in all)\n' $((SECONDS - start))
