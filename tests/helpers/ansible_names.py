@@ -127,8 +127,9 @@ def entry_point_reads(role_dir, entry):
             continue
         seen.append(name)
         text = (tasks / name).read_text()
-        walk(parse(text), reads, defines)
-        pending.extend(_task_files(parse(text), []))
+        tree = parse(text)
+        walk(tree, reads, defines)
+        pending.extend(_task_files(tree, []))
         templates.update(TEMPLATE.findall(text))
     # A read of a variable of the role's vars or defaults reads what that variable's value reads,
     # and the templates it renders.
