@@ -19,9 +19,12 @@ pytestmark = [pytest.mark.integration]
 SCRIPT_CLEANUP = ROOT / "roles" / "vllm_server" / "files" / "cleanup"
 
 
+# The test-fixture nvidia-smi on PATH, printing 8x RTX PRO 6000: how every run here sees the GPUs.
+FAKE_GPUS = {"path": [FIXTURES / "bin"], "env": {"FLEET_VLLM_FAKE_GPUS": "rtx-pro-6000-x8"}}
+
+
 def play(playbook, **extra):
-    run = run_playbook(ROOT / "tests" / "integration" / "playbooks" / playbook, extra_vars=extra,
-                       path=[FIXTURES / "bin"], env={"FLEET_VLLM_FAKE_GPUS": "rtx-pro-6000-x8"}, timeout=300)
+    run = run_playbook(ROOT / "tests" / "integration" / "playbooks" / playbook, extra_vars=extra, timeout=300, **FAKE_GPUS)
     return run.rc, run.stats(), run.task_list()
 
 
@@ -100,7 +103,7 @@ def bad_input_run(tmp_path_factory):
               "vllm_server_env_dir": "/nonexistent-fleet-vllm/etc", "fleet_vllm_state_dir": "/nonexistent-fleet-vllm/state"}
     return run_cases(ROOT / "tests" / "integration" / "playbooks" / "vllm_server.yml",
                      [variables for variables, dummy in BAD_INPUTS], tmp_path_factory.mktemp("bad-input"), common,
-                     path=[FIXTURES / "bin"], env={"FLEET_VLLM_FAKE_GPUS": "rtx-pro-6000-x8"}, timeout=600)
+                     timeout=600, **FAKE_GPUS)
 
 
 @pytest.mark.parametrize("case", range(len(BAD_INPUTS)),
