@@ -104,6 +104,15 @@ FIRST_TOKEN_ENV = "FLEET_VLLM_SIM_FIRST_TOKEN"
 # FLEET_VLLM_SIM_FAULT while it exists; removing it heals the engine.
 FAULT_FILE_ENV = "FLEET_VLLM_SIM_FAULT_FILE"
 FAULT_FILE_DEFAULT = "/run/fleet-vllm-simulator/fault"
+# The speed of generation, a test control vLLM does not have (a GPU's speed): lines "VERSION
+# TOKENS_PER_SECOND" or "* TOKENS_PER_SECOND" in this file, read on every request; the simulator
+# takes its own version's line, else the "*" line. Without the file (or a line for it) it answers
+# at once, as it always did. Each request then takes 1/N s for its first token (the prefill) and
+# 1/N s for each further one, streamed token by token: what vLLM's benchmark client measures as
+# time to first token and inter-token latency. A file, not the unit's environment, so that one
+# host can be made slow while it serves, and so that a new pin can be slower than the old one.
+SPEED_FILE_ENV = "FLEET_VLLM_SIM_SPEED_FILE"
+SPEED_FILE_DEFAULT = "/run/fleet-vllm-simulator/speed"
 # The path prefixes vLLM 0.33.0's --api-key guards (entrypoints/serve/middleware/authenticate.py);
 # everything else, /invocations and /ping among them, answers without the key.
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
@@ -366,6 +375,7 @@ class State(object):
         self.running = 0
         self.fault = os.environ.get(FAULT_ENV, "")
         self.fault_file = os.environ.get(FAULT_FILE_ENV) or FAULT_FILE_DEFAULT
+        self.speed_file = os.environ.get(SPEED_FILE_ENV) or SPEED_FILE_DEFAULT
         self.eos_first = os.environ.get(FIRST_TOKEN_ENV, "") == "eos"
         self.decode_died = False  # fault decode-dead: the first decode step killed the engine
         self.active = 0
@@ -393,6 +403,28 @@ class State(object):
             return self.fault
         return word if word in ("dead", "hung") else ""
 
+    def speed(self):
+        """This build's tokens per second from the speed file, or None."""
+        try:
+            with open(self.speed_file, encoding="utf-8") as handle:
+                return speed_for(handle.read(), __version__)
+        except OSError:
+            return None
+
+
+def speed_for(text, version):
+    """Tokens per second for ``version`` from a speed file's text, else None (answer at once)."""
+    found = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            try:
+                found[parts[0]] = float(parts[1])
+            except ValueError:
+                continue
+    speed = found.get(version, found.get("*"))
+    return speed if speed and speed > 0 else None
+
 
 def generate(limit, minimum, ignore_eos, eos_first):
     """(words, finish_reason, 1 when an EOS token ended it else 0) of a completion: the fixed
@@ -404,6 +436,9 @@ def generate(limit, minimum, ignore_eos, eos_first):
         if minimum >= room:
             return words[:room], "length", 0
         return words[:minimum], "stop", 1
+    if ignore_eos and isinstance(limit, int):
+        # vLLM generates on to max_tokens: the sentence again, as many times as it takes.
+        return (words * (limit // len(words) + 1))[:limit], "length", 0
     if room < len(words):
         return words[:room], "length", 0
     return words, "stop", 0
@@ -451,6 +486,24 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if data and self.command != "HEAD":
             self.wfile.write(data)
+
+    def _send_paced(self, events, delay):
+        """A 200 event stream sent one event per ``delay`` seconds (chunked), as an engine that generates
+        one token per step streams them."""
+        access_log('%s - "%s %s HTTP/1.1" 200 OK' % (_client(self.client_address), self.command, self.path))
+        self.state.count_response(self.command, self.path.split("?", 1)[0], 200)
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream; charset=utf-8")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        for event in events:
+            time.sleep(delay)
+            data = event.encode("utf-8")
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+        return None
 
     def parse_request(self):
         # Requests in flight, for --shutdown-timeout (a SIGTERM waits for them): counted once the
@@ -623,14 +676,24 @@ class Handler(BaseHTTPRequestHandler):
         ident, created = "chatcmpl-%s" % uuid.uuid4().hex, int(time.time())
         usage = dict(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens + completion_tokens,
                      completion_tokens=completion_tokens, prompt_tokens_details=None)
+        speed = self.state.speed()
         if request.get("stream"):
             chunks = [dict(index=0, delta=dict(role="assistant", content=""), logprobs=None, finish_reason=None)]
             chunks += [dict(index=0, delta=dict(content=(" " if i else "") + w), logprobs=None, finish_reason=None)
                        for i, w in enumerate(words)]
             chunks[-1]["finish_reason"] = finish
-            body = "".join("data: %s\n\n" % json.dumps(dict(id=ident, object="chat.completion.chunk", created=created,
-                                                            model=model, choices=[c])) for c in chunks)
-            return self._send(200, (body + "data: [DONE]\n\n").encode("utf-8"), "text/event-stream; charset=utf-8")
+            events = ["data: %s\n\n" % json.dumps(dict(id=ident, object="chat.completion.chunk", created=created,
+                                                       model=model, choices=[c])) for c in chunks]
+            options = request.get("stream_options")
+            if isinstance(options, dict) and options.get("include_usage"):
+                events.append("data: %s\n\n" % json.dumps(dict(id=ident, object="chat.completion.chunk", created=created,
+                                                              model=model, choices=[], usage=usage)))
+            events.append("data: [DONE]\n\n")
+            if speed:
+                return self._send_paced(events, 1.0 / speed)
+            return self._send(200, "".join(events).encode("utf-8"), "text/event-stream; charset=utf-8")
+        if speed:
+            time.sleep(completion_tokens / speed)
         return self._send(200, dict(
             id=ident, object="chat.completion", created=created, model=model,
             choices=[dict(index=0, message=dict(role="assistant", content=content, refusal=None, annotations=None,
