@@ -18,14 +18,16 @@ the original stdout taken before vLLM is imported.
 Question: ``{"model_path": str|null, "kv_cache_dtype": str, "kv_cache_dtype_fallback": str|null
 (used for the backends when vLLM cannot resolve), "backends": [names] or null,
 "attention": {"use_mla": bool, "head_size": int, "dtype": "bfloat16", "capability": [12, 0] or null},
-"platform": "cuda" or "cpu", "server_args": [str] or null}``. For the platform ``cpu`` the
+"platform": "cuda" or "cpu", "server_args": [str] or null, "server_flags": [flag], "server_flag_choices":
+[flag]}``. For the platform ``cpu`` the
 capability is null and vLLM's CPU platform is also asked which backend it picks for the layer.
 
 Answer: ``{"python": str, "vllm_version": str, "vllm_commit": str|null, "vllm_file": str,
 "import_error": str (only when vLLM cannot be imported), "kv": {"resolved": str} or {"error":
 str}, "backends": {"results": [...], "error": str|null, "cpu_platform": {"selected": name|null,
 "refused": str|null, "error": str|null} (platform cpu only)}, "server_args": {"accepted":
-bool|null, "error": str|null}, "notes": [str]}``.
+bool|null, "error": str|null}, "server_flags": {flag: bool}, "server_flag_choices": {flag: {"known",
+"choices", "documented", "default"}} (server_flag_choices()), "notes": [str]}``.
 
 Private to the fleet.vllm collection: the interface may change without notice.
 """
@@ -334,6 +336,52 @@ def known_server_flags(flags, notes):
     return dict((flag, flag in parser._option_string_actions) for flag in flags)
 
 
+def documented_values(dest):
+    """The values the build's own documentation of option ``dest`` lists (its ``- "value": ...``
+    bullets, the text vLLM makes the option's --help from: vllm.config.utils.get_attr_docs of the
+    engine config class that has the field), or None. For options whose parser takes any string,
+    such as vLLM 0.16.0's --safetensors-load-strategy (a plain str field of LoadConfig)."""
+    import dataclasses
+    import re
+    from vllm.config.utils import get_attr_docs
+    from vllm.engine import arg_utils
+    for name in sorted(dir(arg_utils)):
+        cls = getattr(arg_utils, name)
+        if not (name.endswith("Config") and isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+            continue
+        if dest not in set(field.name for field in dataclasses.fields(cls)):
+            continue
+        doc = get_attr_docs(cls).get(dest) or ""
+        values = re.findall(r'^\s*- "([^"]+)"', doc, re.MULTILINE)
+        return values or None
+    return None
+
+
+def server_flag_choices(flags, notes):
+    """{flag: {"known": bool, "choices": [str] or None, "documented": [str] or None, "default": str or
+    None}}: what the installed parser takes for each flag. choices: its argparse choices, without
+    None (the "unset" value vLLM's optional options list); None when it takes any value, and then
+    documented: the values the build's documentation of the option lists (documented_values)."""
+    dummy, parser = serve_parser(notes)
+    answer = {}
+    for flag in flags:
+        action = parser._option_string_actions.get(flag)
+        entry = {"known": action is not None, "choices": None, "documented": None, "default": None}
+        answer[flag] = entry
+        if action is None:
+            continue
+        if action.choices is not None:
+            entry["choices"] = [str(value) for value in action.choices if value is not None]
+        else:
+            try:
+                entry["documented"] = documented_values(action.dest)
+            except Exception as exc:
+                notes.append("the documentation of %s could not be read: %s" % (flag, one_line(exc)))
+        if action.default is not None and not isinstance(action.default, (list, dict)):
+            entry["default"] = str(action.default)
+    return answer
+
+
 def check_server_args(args, notes):
     cli_args, parser = serve_parser(notes)
     validate = getattr(cli_args, "validate_parsed_serve_args", None)
@@ -432,6 +480,12 @@ def answer_question(question):
             answer["server_flags"] = known_server_flags(question["server_flags"], notes)
         except Exception as exc:
             answer["server_flags"] = {"error": "cannot build vLLM's argument parser: %s" % one_line(exc)}
+
+    if question.get("server_flag_choices"):
+        try:
+            answer["server_flag_choices"] = server_flag_choices(question["server_flag_choices"], notes)
+        except Exception as exc:
+            answer["server_flag_choices"] = {"error": "cannot build vLLM's argument parser: %s" % one_line(exc)}
 
     if question.get("server_args") is not None:
         try:
