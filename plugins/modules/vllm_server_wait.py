@@ -129,6 +129,12 @@ completion:
   description: The text of the two-token completion; V(null) when not asked.
   returned: always
   type: str
+completed_at:
+  description:
+    - When the two-token completion answered, in seconds since the epoch by the host's clock (the journal's), so that
+      M(fleet.vllm.vllm_start_phases) can place the first completion among a start's phases; V(null) when none was sent.
+  returned: always
+  type: float
 unit_state:
   description: The unit's C(ActiveState), C(SubState), C(Result) and C(NRestarts) at the last poll; empty without O(unit).
   returned: always
@@ -174,7 +180,7 @@ class Waiter(object):
         self.base = self.params["url"].rstrip("/")
         self.unix_socket = self.params["unix_socket"]
         self.result = dict(changed=False, ready=False, elapsed=0, health_status=None, models=[],
-                           completion=None, unit_state={}, journal=[])
+                           completion=None, completed_at=None, unit_state={}, journal=[])
         self.start = time.time()
 
     def fail(self, msg):
@@ -271,6 +277,7 @@ class Waiter(object):
         shortfall = _readiness.probe_shortfall(answer)
         if shortfall:
             self.fail("%s answered, but %s: %s" % (self.where(_readiness.PROBE_PATH), shortfall, to_text(body)[:500]))
+        self.result["completed_at"] = time.time()
 
     def run(self):
         self.wait_health()
