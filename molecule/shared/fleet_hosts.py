@@ -447,6 +447,12 @@ def restarted_since_record(host, data):
     return load_record()[name_of(host)]["unit"]["InvocationID"] != data["unit"]["InvocationID"]
 
 
+def words(text):
+    """The text with every run of blanks and line breaks as one blank, and the callback's YAML quoting undone: the
+    callback's YAML folds long lines, so a check reads a message or a table row through this."""
+    return " ".join(text.split()).replace("''", "'")
+
+
 def load_run(name):
     """What molecule/shared/run_playbook.py recorded of the side effect's ansible-playbook run NAME."""
     path = os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], f"run-{name}.json")

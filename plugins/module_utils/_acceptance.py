@@ -89,8 +89,8 @@ def profile_errors(profile, name="vllm_acceptance_profile"):
             continue
         value = profile[key]
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            errors.append("%s.%s is %s: set a whole number from %d to %d" % (name, key, json.dumps(value, default=str),
-                                                                           low, high))
+            shown = json.dumps(value, default=str)
+            errors.append("%s.%s is %s: set a whole number from %d to %d" % (name, key, shown, low, high))
     if not errors and profile["concurrency"] > profile["requests"]:
         errors.append("%s.concurrency (%d) is above its requests (%d): the profile never reaches that concurrency"
                       % (name, profile["concurrency"], profile["requests"]))
@@ -219,6 +219,42 @@ def verdicts(results, tolerance):
                                   " same pin, model, hardware and profile; this result becomes its reference")
         entry["verdict"] = "failed" if entry["reasons"] else "accepted"
     return answer
+
+
+def canary_verdict(measured, reference, tolerance):
+    """A canary's verdict after its restart on a new state: ``measured`` is what the module returned now,
+    ``reference`` what the canary made on the state it ran before (its accepted result under that identity, or its
+    measurement just before the roll). Failed when a request failed, its hardware failed, or its output tokens/s is
+    more than ``tolerance`` percent below the reference. The same shape as a verdict of verdicts()."""
+    entry = {"verdict": "not_measured", "reasons": [], "notes": [], "output_tokens_per_s": None, "fleet_median": None,
+             "fleet_peers": 0, "last_accepted": reference}
+    if measured.get("status") != "measured":
+        entry["reasons"].append("not measured on the new state: %s" % (measured.get("reason") or "no reason given"))
+        return entry
+    metrics = measured["metrics"]
+    value = metrics["output_tokens_per_s"]
+    entry["output_tokens_per_s"] = value
+    if metrics["failed"] > 0:
+        errors = measured.get("errors") or []
+        entry["reasons"].append("%d of %d requests failed on the new state%s" % (
+            metrics["failed"], metrics["failed"] + metrics["completed"],
+            " (first error: %s)" % str(errors[0])[:300] if errors else ""))
+    for failure in (measured.get("hardware") or {}).get("failures") or []:
+        entry["reasons"].append(failure["message"])
+    entry["notes"].extend((measured.get("hardware") or {}).get("notes") or [])
+    before = reference.get("output_tokens_per_s")
+    if _slower(value, before, tolerance):
+        now_pin = (measured.get("identity") or {}).get("vllm_version")
+        before_pin = (reference.get("identity") or {}).get("vllm_version")
+        when = reference.get("measured_at_text") or "measured before the roll"
+        entry["reasons"].append(
+            "%.1f output tokens/s on the new state (%s) is %.1f%% below %.1f tokens/s on the state it ran before (%s, %s;"
+            " tolerance %s%%)" % (value, now_pin, _percent_below(value, before), before, before_pin, when, tolerance))
+    else:
+        entry["notes"].append("%.1f output tokens/s on the new state, %.1f before: within the tolerance of %s%%"
+                              % (value, before, tolerance))
+    entry["verdict"] = "failed" if entry["reasons"] else "accepted"
+    return entry
 
 
 def _cell(value, digits=1):

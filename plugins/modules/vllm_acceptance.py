@@ -39,7 +39,7 @@ options:
   python:
     description:
       - The Python of the vLLM venv to run the client with. Not set, the engine's own (the first word of its main
-        process' command line): the client is then the build that serves.
+        process' command line), so that the client is the build that serves.
     type: path
   url:
     description: The front door's base URL, as the host reaches it (C(http://127.0.0.1:8080)).
@@ -100,6 +100,18 @@ options:
     description: The host's accepted results (JSON, by identity key), as the role stores them. Absent, there is none.
     type: path
     required: true
+  measure:
+    description:
+      - V(false) sends no load and reads no GPU - only what the result would depend on (RV(identity), RV(key)) and
+        the host's last accepted result under it (RV(last_accepted)); RV(status) is then V(not_measured), reason
+        V(not asked to measure). The canary gate asks so before it decides whether to measure a canary's reference.
+    type: bool
+    default: true
+  start_file:
+    description:
+      - The phases of the engine's last start that a roll made (JSON, as fleet.vllm.vllm_server records them), returned
+        as RV(start) so that they are stored with the host's result. Absent or unreadable, RV(start) is null.
+    type: path
 """
 
 EXAMPLES = r"""
@@ -136,7 +148,9 @@ errors:
   type: list
   elements: str
 identity:
-  description: What the result depends on (vllm_version, model, model_revision, kv_cache_dtype, tensor_parallel_size, pipeline_parallel_size, platform, gpus, profile).
+  description:
+    - What the result depends on - vllm_version, model, model_revision, kv_cache_dtype, tensor_parallel_size,
+      pipeline_parallel_size, platform, gpus, profile.
   returned: always
   type: dict
 key:
@@ -153,6 +167,10 @@ last_accepted:
   type: dict
 accepted:
   description: Every accepted result of O(accepted_file), by key (the role writes it back with this one's verdict).
+  returned: always
+  type: dict
+start:
+  description: The phases of the engine's last start, from O(start_file); null when there is none.
   returned: always
   type: dict
 measured_at:
@@ -252,7 +270,7 @@ def key_problem(url, api_key, ca_file):
     except Exception as exc:  # pylint: disable=broad-except
         code = getattr(exc, "code", None)
         if code in (401, 403):
-            return "the front door refused the key (HTTP %d on /v1/models)" % code
+            return "the front door refused the key (HTTP %s on /v1/models)" % code
         return "the front door did not answer /v1/models: %s" % to_native(exc)
 
 
@@ -293,19 +311,31 @@ def kernel_log_since(module, started, path):
 
 
 def run_client(module, argv, env, timeout):
-    """Run the client: (returncode or None on timeout, its output's tail)."""
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                               start_new_session=True)
+    """Run the client: (returncode, or None when it ran past ``timeout`` and was killed; its output's tail)."""
+    stop, timed_out = threading.Event(), []
+
+    def watchdog(process):
+        if not stop.wait(timeout):
+            timed_out.append(True)
+            try:
+                process.kill()
+            except OSError:
+                pass
+
+    def started(process):
+        thread = threading.Thread(target=watchdog, args=(process,))
+        thread.daemon = True
+        thread.start()
+
     try:
-        out, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(process.pid, 9)
-        except OSError:
-            pass
-        process.communicate()
+        rc, out, err = module.run_command(argv, environ_update=env, cwd=env["HOME"], expand_user_and_vars=False,
+                                          errors="surrogate_or_replace", before_communicate_callback=started,
+                                          handle_exceptions=False)
+    finally:
+        stop.set()
+    if timed_out:
         return None, ""
-    return process.returncode, to_native(out)[-2000:]
+    return rc, (to_native(out) + to_native(err))[-2000:]
 
 
 def main():
@@ -326,6 +356,8 @@ def main():
             busy_utilization=dict(type="int", default=50),
             kernel_log=dict(type="path"),
             accepted_file=dict(type="path", required=True),
+            start_file=dict(type="path"),
+            measure=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
@@ -345,6 +377,13 @@ def main():
         except (OSError, ValueError) as exc:
             module.fail_json(msg="%s cannot be read as the host's accepted results (%s): move it aside and run again"
                              % (params["accepted_file"], to_native(exc)))
+    start = None
+    if params["start_file"]:
+        try:
+            with open(params["start_file"], encoding="utf-8") as handle:
+                start = json.load(handle)
+        except (OSError, ValueError):
+            start = None
     argv = engine_argv(module, params["unit"])
     flags = engine_flags(argv)
     identity = dict(vllm_version=None, model=params["served_model_name"],
@@ -353,7 +392,7 @@ def main():
                     pipeline_parallel_size=flags["--pipeline-parallel-size"], platform=params["platform"],
                     gpus=None, profile=profile_label(params["profile"]))
     result = dict(changed=False, status="not_measured", reason=None, metrics=None, errors=[], identity=identity,
-                  key=None, hardware=dict(failures=[], notes=[], samples=0, gpus_under_load=0), last_accepted=None,
+                  key=None, hardware=dict(failures=[], notes=[], samples=0, gpus_under_load=0), last_accepted=None, start=start,
                   accepted=accepted, measured_at=time.time(), seconds=0.0)
 
     def finish(reason=None):
@@ -372,14 +411,14 @@ def main():
         finish(problem)
     if module.check_mode:
         finish("check mode: no load sent")
+    if not params["measure"]:
+        finish("not asked to measure")
 
     sampler = Sampler(module, params["nvidia_smi"], params["sample_interval"]) if params["nvidia_smi"] else None
     workdir = tempfile.mkdtemp(prefix="fleet-vllm-acceptance-")
     try:
-        env = dict(os.environ)
-        env.pop("OPENAI_API_KEY", None)
-        if params["api_key"]:
-            env["OPENAI_API_KEY"] = params["api_key"]
+        # Empty, the client sends no Authorization header (endpoint_request_func.py: "if api_key").
+        env = dict(OPENAI_API_KEY=params["api_key"] or "")
         if params["ca_file"]:
             env["SSL_CERT_FILE"] = params["ca_file"]
         # The client writes caches (tokenizer, datasets) under HOME; keep them in the private directory.

@@ -686,8 +686,8 @@ class Handler(BaseHTTPRequestHandler):
                                                        model=model, choices=[c])) for c in chunks]
             options = request.get("stream_options")
             if isinstance(options, dict) and options.get("include_usage"):
-                events.append("data: %s\n\n" % json.dumps(dict(id=ident, object="chat.completion.chunk", created=created,
-                                                              model=model, choices=[], usage=usage)))
+                last = dict(id=ident, object="chat.completion.chunk", created=created, model=model, choices=[], usage=usage)
+                events.append("data: %s\n\n" % json.dumps(last))
             events.append("data: [DONE]\n\n")
             if speed:
                 return self._send_paced(events, 1.0 / speed)

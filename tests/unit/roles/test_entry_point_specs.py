@@ -34,6 +34,11 @@ CROSS_ROLE = {
     # The monitoring scrapes each host's metrics listener, which vllm_gateway serves in TLS where the host has a
     # certificate: the host's own setting (its hostvars), else the one the play gives every host (group all, -e).
     "vllm_monitoring": {"vllm_gateway_tls_certificate"},
+    # The acceptance run loads the host through its front door as a client would: the server's key and served name,
+    # the front door's port and TLS (its certificate, the CA the gateways verify it with), and the server's unit
+    # (whose command line says what the result depends on).
+    "vllm_acceptance": {"vllm_server_api_key", "vllm_server_served_model_name", "vllm_server_service_name",
+                        "vllm_gateway_frontdoor_port", "vllm_gateway_tls_certificate", "vllm_gateway_backend_ca_file"},
 }
 
 

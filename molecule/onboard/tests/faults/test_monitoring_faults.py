@@ -26,7 +26,7 @@ def test_with_the_monitoring_host_down_the_roll_went_on_and_warned(host):
     assert run["recap"][name]["failed"] == 0 and run["recap"][name]["unreachable"] == 0, run["recap"]
     # the monitoring's play, the last, met the host down and said so
     assert run["recap"][monitor]["unreachable"] == 1 and run["recap"][monitor]["failed"] == 0, run["recap"]
-    words = " ".join(run["by_host"].get(name, "").split()).replace("''", "'")  # the callback's YAML quoting
+    words = fleet.words(run["by_host"].get(name, ""))
     assert "WARNING: no silence for %s's planned restart on %s" % (name, monitor) in words, words[-3000:]
     # and the host was rolled: its engine runs the new setting
     data = fleet.facts(host, refresh=True)

@@ -120,7 +120,7 @@ def _run(url, model, prompts, output_len, ignore_eos, concurrency, key):
                     "stream_options": {"include_usage": True}, "ignore_eos": ignore_eos, "temperature": 0.0}
             outcomes[index] = _request(url, body, key)
 
-    threads = [threading.Thread(target=worker) for _ in range(max(1, min(concurrency, len(prompts))))]
+    threads = [threading.Thread(target=worker) for unused in range(max(1, min(concurrency, len(prompts))))]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -137,7 +137,8 @@ def main(args):
     key = os.environ.get("OPENAI_API_KEY")
     model = args.served_model_name or args.model
     rng = random.Random(args.seed)
-    prompts = [" ".join(rng.choice(WORDS) for _ in range(args.random_input_len)) for _ in range(args.num_prompts)]
+    prompts = [" ".join(rng.choice(WORDS) for unused in range(args.random_input_len))
+               for unused_prompt in range(args.num_prompts)]
     concurrency = args.max_concurrency or args.num_prompts
     if args.num_warmups:
         print("Warming up with %d requests..." % args.num_warmups)

@@ -7,7 +7,9 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.fleet.vllm.plugins.filter.acceptance import acceptance_profile_errors, acceptance_verdicts
+from ansible_collections.fleet.vllm.plugins.filter.acceptance import (
+    acceptance_canary, acceptance_profile_errors, acceptance_verdicts,
+)
 from ansible_collections.fleet.vllm.plugins.module_utils._acceptance import (
     client_argv, identity_key, metrics_from_result, profile_label,
 )
@@ -33,8 +35,8 @@ def test_a_healthy_fleet_is_accepted_and_the_table_has_a_line_per_host():
     assert {h: v["verdict"] for h, v in out["verdicts"].items()} == dict.fromkeys(results, "accepted")
     assert out["verdicts"]["gpu-0"]["fleet_median"] == 501.5 and out["verdicts"]["gpu-0"]["fleet_peers"] == 4
     assert out["table"][0].split()[:3] == ["host", "verdict", "out"]
-    assert [line.split()[:3] for line in out["table"][1:]] == [["gpu-%d" % i, "accepted", "%.1f" % (500.0 + i)]
-                                                              for i in range(4)]
+    expected = [["gpu-%d" % i, "accepted", "%.1f" % (500.0 + i)] for i in range(4)]
+    assert [line.split()[:3] for line in out["table"][1:]] == expected
 
 
 def test_a_slow_host_is_named_and_only_it():
@@ -134,3 +136,36 @@ def test_the_clients_result_becomes_our_figures_and_a_missing_one_is_named():
     assert errors == []
     with pytest.raises(ValueError, match="no number for p99_itl_ms"):
         metrics_from_result(dict(result, p99_itl_ms=None))
+
+
+def reference(speed, pin="vllm 0.16.0"):
+    return {"output_tokens_per_s": speed, "identity": dict(IDENTITY, vllm_version=pin), "measured_at_text": "2026-12-04T10:00:00Z"}
+
+
+def test_a_canary_slower_than_before_fails_with_both_figures_and_both_pins():
+    out = acceptance_canary(measured(300.0), reference(500.0), 25)
+    assert out["verdict"] == "failed" and out["last_accepted"]["output_tokens_per_s"] == 500.0
+    assert out["reasons"] == ["300.0 output tokens/s on the new state (vllm 0.33.0) is 40.0% below 500.0 tokens/s on the"
+                              " state it ran before (vllm 0.16.0, 2026-12-04T10:00:00Z; tolerance 25.0%)"]
+
+
+@pytest.mark.parametrize("speed", [500.0, 380.0, 900.0])
+def test_an_equal_or_faster_canary_passes(speed):
+    out = acceptance_canary(measured(speed), reference(500.0), 25)
+    assert out["verdict"] == "accepted" and out["reasons"] == []
+    assert out["notes"] == ["%.1f output tokens/s on the new state, 500.0 before: within the tolerance of 25.0%%" % speed]
+
+
+def test_a_canary_that_is_fast_but_fails_requests_or_cannot_be_measured_stops_the_roll():
+    out = acceptance_canary(measured(600.0, failed=3, errors=["HTTP 500"]), reference(500.0), 25)
+    assert out["verdict"] == "failed" and out["reasons"] == ["3 of 24 requests failed on the new state (first error: HTTP 500)"]
+    gone = acceptance_canary({"status": "not_measured", "reason": "the front door did not answer /v1/models: refused"},
+                             reference(500.0), 25)
+    assert gone["verdict"] == "not_measured"
+    assert gone["reasons"] == ["not measured on the new state: the front door did not answer /v1/models: refused"]
+
+
+@pytest.mark.parametrize("ref", [{}, {"output_tokens_per_s": None}, None])
+def test_a_canary_without_a_reference_figure_is_refused(ref):
+    with pytest.raises(AnsibleFilterError, match="reference with output_tokens_per_s"):
+        acceptance_canary(measured(500.0), ref, 25)
