@@ -29,6 +29,10 @@ options:
     description: How many hosts are to be rolled (a percentage is of these).
     type: int
     required: true
+  setting:
+    description: The variable the batch size comes from, named in the messages (the canary gate's is C(fleet_vllm_canary)).
+    type: str
+    default: fleet_vllm_serial
 """
 
 EXAMPLES = r"""
@@ -68,7 +72,7 @@ def _count(value, name):
     return number
 
 
-def rolling_batch(serial, max_down, hosts):
+def rolling_batch(serial, max_down, hosts, setting="fleet_vllm_serial"):
     try:
         hosts = int(hosts)
     except (TypeError, ValueError):
@@ -77,12 +81,12 @@ def rolling_batch(serial, max_down, hosts):
     if down is None:
         raise AnsibleFilterError("fleet_vllm_max_down is %r: set the most hosts that may restart at once, a whole number"
                                  " (1 or more)" % (max_down,))
-    batch = _count(serial, "fleet_vllm_serial")
+    batch = _count(serial, setting)
     if batch is None:
         match = PERCENT.match(str(serial))
         if not match or float(match.group(1)) <= 0 or float(match.group(1)) > 100:
-            raise AnsibleFilterError("fleet_vllm_serial is %r: set a number of hosts (2) or a percentage of the hosts to"
-                                     " roll above 0 and up to 100 (25%%)" % (serial,))
+            raise AnsibleFilterError("%s is %r: set a number of hosts (2) or a percentage of the hosts to"
+                                     " roll above 0 and up to 100 (25%%)" % (setting, serial))
         batch = max(1, int(math.floor(hosts * float(match.group(1)) / 100.0)))
     return max(1, min(batch, down))
 

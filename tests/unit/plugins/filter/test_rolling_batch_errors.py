@@ -48,3 +48,17 @@ def test_errors_in_full(serial, max_down, hosts, message):
 ])
 def test_edges(serial, max_down, hosts, expected):
     assert rolling_batch(serial, max_down, hosts) == expected
+
+
+@pytest.mark.parametrize("canary, message", [
+    ("one", SERIAL.replace("fleet_vllm_serial", "fleet_vllm_canary") % "one"),
+    (True, COUNT % ("fleet_vllm_canary", True)),
+    ("150%", SERIAL.replace("fleet_vllm_serial", "fleet_vllm_canary") % "150%"),
+])
+def test_the_canary_gates_size_is_refused_by_its_own_name(canary, message):
+    """The canary gate (playbooks/tasks/rolling.yml) sizes its batch with the same rules, naming fleet_vllm_canary."""
+    with pytest.raises(AnsibleFilterError) as caught:
+        rolling_batch(canary, 2, 8, setting="fleet_vllm_canary")
+    assert str(caught.value) == message
+    assert rolling_batch("10%", 4, 30, setting="fleet_vllm_canary") == 3
+    assert rolling_batch(5, 2, 30, setting="fleet_vllm_canary") == 2
