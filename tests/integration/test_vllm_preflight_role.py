@@ -290,6 +290,21 @@ def test_a_repo_id_with_an_s_is_owner_name(tmp_path, hub, repo, accepted):
         assert results(out, "Check the host against what vLLM and the model need") == {}
 
 
+@pytest.mark.parametrize("canary", ["two", "150%"])
+def test_a_canary_gate_that_is_no_count_or_percentage_stops_the_run_first(tmp_path, hub, canary):
+    """fleet_vllm_canary (issue 23 point 3) is checked with the shared settings, first in the play, before the hub is
+    asked or anything changes; the message names it and what to set."""
+    repo = "fleet-vllm/tiny-deepseek-v3-mla-fp8kv"
+    server = hub({})
+    proc, out = play(tmp_path, {"fleet_vllm_controller_hub_endpoint": server.endpoint, "fleet_vllm_model_repo": repo,
+                                "fleet_vllm_canary": canary})
+    assert proc.returncode == 2 and server.requests == []
+    for result in results(out, "Check the shared settings that argument specs cannot express").values():
+        assert result["msg"] == ("fleet_vllm_canary is \"%s\": set how many of the hosts to roll are canaries, a number"
+                                 " (1) or a percentage of them (5%%), or 0 for no canary gate" % canary)
+    assert results(out, "Check the host against what vLLM and the model need") == {}
+
+
 def test_argument_specs_mirror_the_defaults_key_for_key():
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     options = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]

@@ -97,3 +97,22 @@ def test_prometheus_has_each_hosts_acceptance_series():
             break
         time.sleep(5)
     assert hosts >= set(HOSTS), found
+
+
+def test_the_phases_of_the_engines_start_are_read_from_its_journal_and_kept_with_the_result(host):
+    """The converge's roll started each real engine: the phases of that start (issue 23 point 4), read from the engine's
+    own journal, are in the host's start record, in the acceptance result that ran on it, and in its series."""
+    record = json.loads(host.file("/var/lib/fleet-vllm/acceptance/start.json").content_string)
+    phases = record["phases"]
+    order = ["weights_loaded", "engine_ready", "api_ready", "first_completion"]
+    assert all(isinstance(phases[p], float) for p in order), record
+    assert 0 < phases["weights_loaded"] <= phases["engine_ready"] <= phases["api_ready"] <= phases["first_completion"]
+    assert record["missing"] == [] and record["unit"] == "vllm.service"
+    # the start the engine still runs on
+    assert record["invocation_id"] == host.run("systemctl show -p InvocationID --value vllm.service").stdout.strip()
+    last = json.loads(host.file("/var/lib/fleet-vllm/acceptance/last.json").content_string)
+    assert last["start"] == record
+    text = host.file("/var/lib/prometheus/node-exporter/fleet_vllm_start.prom").content_string
+    exported = {m.group(1): float(m.group(2)) for m in re.finditer(
+        r'^fleet_vllm_start_phase_seconds\{unit="vllm.service",phase="([a-z_]+)"\} (\S+)$', text, re.M)}
+    assert exported == {p: phases[p] for p in order}, text

@@ -25,8 +25,9 @@ def states():
 
 
 def pin(state):
-    """The vLLM a venv link points at (its directory name starts with the version)."""
-    return UPGRADE if os.path.basename(state["venv"]).startswith(UPGRADE) else NIGHTLY
+    """The vLLM a venv link points at: its directory is named SOURCE-VERSION (/opt/vllm/venvs/wheelhouse-0.33.0)."""
+    (version,) = [v for v in (UPGRADE, NIGHTLY) if os.path.basename(state["venv"]).endswith("-" + v)]
+    return version
 
 
 def test_a_slower_pin_stops_at_its_canary_which_stays_on_it():
