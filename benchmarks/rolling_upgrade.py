@@ -16,10 +16,10 @@
    (systemctl), the wait for a real completion (the simulated load is in it), the undrain, and the
    rest (silence, links, files, records, front door, facts, the gap to the next batch).
 
-2. MODEL. time_to_roll(): the canaries first (together, at most max-down at once), the acceptance
-   run, then the rest in batches of fleet_vllm_serial capped at fleet_vllm_max_down (the
-   collection's own rolling_batch filter); each batch costs per-host overhead + drain + the
-   restart's phases, the hosts of a batch in parallel; and the capacity kept (the share of the
+2. MODEL. time_to_roll(): the canaries first (one batch, at most max-down: fleet_vllm_canary), their
+   acceptance run out of rotation, then the rest in batches of fleet_vllm_serial capped at
+   fleet_vllm_max_down (the collection's own rolling_batch filter); each batch costs per-host
+   overhead + drain + the restart's phases, the hosts of a batch in parallel; and the capacity kept (the share of the
    hosts serving: the lowest, and averaged over the roll). The per-host overhead, drain and restart
    are calibrated on the smallest batch-1 roll (the simulator's load is the stated LOAD_SECONDS, not
    fitted), what a batch of 2 adds on this machine on the first batch-2 roll; the model then
@@ -111,21 +111,21 @@ def real_restart(load_s):
 
 # ---- the model ----------------------------------------------------------------------------------
 
-def count_of(value, hosts):
-    """A count or a percentage of HOSTS ("2%": rounded up, at least 1 when above 0)."""
-    text = str(value).strip()
-    if text.endswith("%"):
-        share = float(text[:-1])
-        return min(hosts, max(1, math.ceil(hosts * share / 100.0))) if share > 0 else 0
-    return min(hosts, int(text))
+def canary_count(canary, hosts, max_down):
+    """fleet_vllm_canary as playbooks/tasks/rolling.yml sizes it: 0 (or "0%") no gate, else a count
+    or a percentage of the hosts to roll through rolling_batch (a percentage rounds down, at least
+    one host), capped at max_down."""
+    if hosts <= 0 or str(canary).strip() in ("0", "0%"):
+        return 0
+    return min(hosts, rolling_batch(canary, max_down, hosts))
 
 
-def batches(hosts, serial, max_down):
-    """Batch sizes of a rolling phase of HOSTS, as roll.yml runs it (rolling_batch: a percentage
-    rounds down, at least 1, capped at max_down; the last batch takes what is left)."""
+def batches(hosts, serial, max_down, of=None):
+    """Batch sizes of a rolling phase of HOSTS, as roll.yml runs it (rolling_batch: a percentage of
+    OF - default HOSTS - rounds down, at least 1, capped at max_down; the last batch takes what is left)."""
     if hosts <= 0:
         return []
-    size = rolling_batch(serial, max_down, hosts)
+    size = rolling_batch(serial, max_down, hosts if of is None else of)
     return [size] * (hosts // size) + ([hosts % size] if hosts % size else [])
 
 
@@ -134,11 +134,13 @@ def time_to_roll(hosts, batch, canary, restart_phases, drain_s, per_host_overhea
     """The time to roll HOSTS and the capacity kept meanwhile.
 
     batch: fleet_vllm_serial (a count or "5%"); max_down: fleet_vllm_max_down (default: no cap);
-    canary: a count or a percentage of the hosts, rolled first and together (at most max_down at
-    once), then the acceptance run of acceptance_s, then the rest in batches of batch (a percentage
-    of the rest) (0: no canary gate); restart_phases: name -> seconds of one restart
-    (stop, load...); drain_s: the drain at the gateways; per_host_overhead_s: the rest of a batch
-    (the controller's tasks). The hosts of a batch roll in parallel; batches one after the other.
+    canary: fleet_vllm_canary, a count or a percentage of the hosts (0: no gate). As roll.yml and
+    playbooks/tasks/rolling.yml run it: the canaries are the first batch (canary_count: capped at
+    max_down), each measured with the acceptance profile after its restart, out of rotation still,
+    for acceptance_s; then the rest in batches of fleet_vllm_serial sized on all the hosts to roll
+    (serial takes the list [canaries, batch]). restart_phases: name -> seconds of one restart (stop,
+    load...); drain_s: the drain at the gateways; per_host_overhead_s: the rest of a batch (the
+    controller's tasks). The hosts of a batch roll in parallel; batches one after the other.
     serving: the hosts of the fleet (default: hosts) for the capacity kept. contention: the share of
     the per-host overhead paid again for each further host of a batch (0 where every host has CPUs
     of its own and the controller forks at least a batch; on this 2-core machine, where the hosts and
@@ -146,28 +148,30 @@ def time_to_roll(hosts, batch, canary, restart_phases, drain_s, per_host_overhea
     a batch larger runs each task in waves of that many hosts, paying the overhead once a wave (the
     long waits overlap: every host of the batch was restarted before the first wait began).
 
-    Returns seconds, the phases' batch lists, the capacity kept (lowest and time-weighted) and the
-    seconds with fewer hosts serving than all."""
+    Not modelled: the reference a canary takes before its restart when it has no accepted result
+    (another acceptance run, the host still serving).
+
+    Returns seconds, the batch lists, the capacity kept (lowest and time-weighted)."""
     max_down = max(hosts, 1) if max_down is None else max_down
     serving = hosts if serving is None else serving
-    canaries = count_of(canary, hosts) if canary else 0
+    canaries = canary_count(canary, hosts, max_down) if canary else 0
     per_batch = per_host_overhead_s + drain_s + sum(restart_phases.values())
-    # The canaries roll together (at most max_down at once), before anything else.
-    canary_batches = batches(canaries, max(canaries, 1), max_down)
-    rest_batches = batches(hosts - canaries, batch, max_down)
-    all_batches = canary_batches + rest_batches
+    canary_batches = [canaries] if canaries else []
+    rest_batches = batches(hosts - canaries, batch, max_down, of=hosts)
     accept = acceptance_s if canaries else 0.0
 
     def cost(size):
         waves = math.ceil(size / forks) if forks else 1
         return per_batch + per_host_overhead_s * (contention * (size - 1) + waves - 1)
 
-    seconds = sum(cost(b) for b in all_batches) + accept
+    # The canaries stay out of rotation through their acceptance run.
+    timed = [(b, cost(b) + accept) for b in canary_batches] + [(b, cost(b)) for b in rest_batches]
+    seconds = sum(t for dummy, t in timed)
     # Capacity: a batch of b hosts is out of rotation from its drain to its undrain; the overhead is
     # counted as down too (conservative: part of it runs while the host still serves).
-    down_seconds = sum(b * cost(b) for b in all_batches)
+    down_seconds = sum(b * t for b, t in timed)
     kept_avg = 1.0 - down_seconds / (serving * seconds) if seconds else 1.0
-    kept_min = 1.0 - max(all_batches, default=0) / serving
+    kept_min = 1.0 - max((b for b, dummy in timed), default=0) / serving
     return {"seconds": seconds, "per_batch_s": per_batch, "canaries": canaries, "canary_batches": canary_batches,
             "batches": rest_batches, "acceptance_s": accept, "capacity_min": kept_min, "capacity_avg": kept_avg}
 
@@ -453,7 +457,7 @@ def report(measured, out):
               f"{r['batches']:>7} {100 * r['capacity_min']:>7.1f}% {100 * r['capacity_avg']:>7.1f}% "
               + " ".join(f"{human(r['seconds'][k]):>7}" for k in cases))
     print("kept: the share of the fleet serving, at the lowest (a batch out) and averaged over the roll (case A's times; "
-          "the acceptance run keeps every host in)")
+          "the canaries stay out of rotation through their acceptance run)")
     swing = 0.0
     for rest in (low, high):
         for r, other in zip(table, plan_table(rest)):

@@ -36,12 +36,13 @@ def test_batches(model, hosts, serial, max_down, expected):
     assert model.batches(hosts, serial, max_down) == expected
 
 
-@pytest.mark.parametrize("value, hosts, expected", [
-    ("1%", 1000, 10), ("1%", 100, 1), ("1%", 8, 1),  # rounded up: a 1 % canary of 8 hosts is one host
-    ("2%", 100, 2), (2, 100, 2), ("0%", 100, 0), (5, 3, 3),
+@pytest.mark.parametrize("value, hosts, max_down, expected", [
+    ("1%", 1000, 10, 10), ("1%", 100, 10, 1), ("1%", 8, 1, 1),  # a percentage rounds down, at least one host
+    ("1.5%", 100, 10, 1), ("2%", 100, 10, 2), (2, 100, 10, 2), ("0%", 100, 10, 0), (0, 100, 10, 0),
+    ("5%", 1000, 10, 10), ("1%", 1000, 1, 1), (5, 3, 10, 3),  # capped at max-down, and at the hosts
 ])
-def test_count_of(model, value, hosts, expected):
-    assert model.count_of(value, hosts) == expected
+def test_canary_count(model, value, hosts, max_down, expected):
+    assert model.canary_count(value, hosts, max_down) == expected
 
 
 def test_time_to_roll_without_canary(model):
@@ -58,19 +59,21 @@ def test_canaries_roll_first_then_acceptance_then_the_rest(model):
     assert r["canaries"] == 1 and r["canary_batches"] == [1]
     assert r["batches"] == [2, 2, 2, 2, 1]
     assert r["seconds"] == 6 * 50 + 100
-    # While the acceptance runs, every host serves: the average is above the lowest.
     assert r["capacity_min"] == pytest.approx(0.8)
-    assert r["capacity_avg"] == pytest.approx(1 - 10 * 50 / (10 * 400))
+    # The canary stays out of rotation through its acceptance run: 1 host for 150 s, 9 for 50 s each.
+    assert r["capacity_avg"] == pytest.approx(1 - (150 + 9 * 50) / (10 * 400))
 
 
 def test_canary_percentage_and_batch_of_the_rest(model):
     r = model.time_to_roll(1000, "5%", "1%", {"restart": 100}, drain_s=0, per_host_overhead_s=0, acceptance_s=600,
                            max_down=20)
     assert r["canaries"] == 10 and r["canary_batches"] == [10]
-    # The 10 canaries at once (max-down 20); 5 % of the 990 left is 49, capped at max-down 20: 49 full batches and one of 10.
+    # The batch is 5 % of all 1,000 hosts to roll (tasks/rolling.yml), 50, capped at max-down 20: 990 = 49 x 20 + 10.
     assert r["batches"] == [20] * 49 + [10]
     assert r["seconds"] == 51 * 100 + 600
     assert r["capacity_min"] == pytest.approx(0.98)
+    # 5 % of 100 hosts stays 5 with a canary: the serial is sized on every host to roll, not on the rest.
+    assert model.time_to_roll(100, "5%", 1, {"restart": 1}, 0, 0, 0, max_down=10)["batches"] == [5] * 19 + [4]
 
 
 def test_max_down_caps_the_batch(model):
@@ -78,8 +81,8 @@ def test_max_down_caps_the_batch(model):
     assert capped["batches"] == [1] * 100 and capped["seconds"] == 1000
     assert capped["capacity_min"] == pytest.approx(0.99)
     assert model.time_to_roll(100, "50%", 0, {"restart": 10}, 0, 0, 0)["batches"] == [50, 50]  # no max-down: no cap
-    # Canaries roll together, but never more at once than max-down.
-    assert model.time_to_roll(100, 1, 5, {"restart": 10}, 0, 0, 0, max_down=2)["canary_batches"] == [2, 2, 1]
+    # The canaries are one batch, never more than max-down.
+    assert model.time_to_roll(100, 1, 5, {"restart": 10}, 0, 0, 0, max_down=2)["canary_batches"] == [2]
 
 
 def test_contention_adds_overhead_per_further_host_of_a_batch(model):
