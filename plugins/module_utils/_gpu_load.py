@@ -36,6 +36,7 @@ from ansible_collections.fleet.vllm.plugins.module_utils._nvidia_smi import (
     _available,
     _int_or_none,
     query_argv,
+    query_gpus,
 )
 
 # What --query-gpu is asked for under load, in this order (the real tool's names).
@@ -125,22 +126,7 @@ def parse_load_sample(text):
 
     Raises NvidiaSmiParseError when a line has not one value per field, or a value is not of
     its field's kind."""
-    what = "nvidia-smi --query-gpu output"
-    gpus = []
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line:
-            continue
-        values = [v.strip() for v in line.split(",")]
-        if len(values) != len(LOAD_FIELDS):
-            raise NvidiaSmiParseError(
-                what, "%d values, expected %d (%s)" % (len(values), len(LOAD_FIELDS), ", ".join(LOAD_FIELDS)), raw, number
-            )
-        gpus.append(_gpu_from_values(dict(zip(LOAD_FIELDS, values)), what, raw, number))
-    indexes = [gpu["index"] for gpu in gpus]
-    if len(set(indexes)) != len(indexes):
-        raise NvidiaSmiParseError(what, "GPU indexes repeat: %s" % ", ".join(str(i) for i in indexes))
-    return sorted(gpus, key=lambda gpu: gpu["index"])
+    return query_gpus(text, LOAD_FIELDS, _gpu_from_values)
 
 
 def _gpu_from_values(row, what, line, number):

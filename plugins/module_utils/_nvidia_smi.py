@@ -113,9 +113,13 @@ def _int_or_none(value, what, field, line, number):
 # ---- --query-gpu ---------------------------------------------------------------------------
 
 
-def parse_gpu_query(text, fields=QUERY_FIELDS):
-    """GPUs from ``--query-gpu=QUERY_FIELDS --format=csv,noheader,nounits``, in the tool's order."""
-    what = "nvidia-smi --query-gpu output"
+QUERY_WHAT = "nvidia-smi --query-gpu output"
+
+
+def query_gpus(text, fields, gpu_from_row):
+    """GPUs from ``--query-gpu=FIELDS --format=csv,noheader,nounits``, sorted by index: each line's values by field
+    name, made a GPU by ``gpu_from_row(row, what, line, number)``. Raises NvidiaSmiParseError when a line has not one
+    value per field, or the indexes repeat."""
     gpus = []
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
@@ -125,14 +129,18 @@ def parse_gpu_query(text, fields=QUERY_FIELDS):
         values = [v.strip() for v in line.split(",")]
         if len(values) != len(fields):
             raise NvidiaSmiParseError(
-                what, "%d values, expected %d (%s)" % (len(values), len(fields), ", ".join(fields)), raw, number
+                QUERY_WHAT, "%d values, expected %d (%s)" % (len(values), len(fields), ", ".join(fields)), raw, number
             )
-        row = dict(zip(fields, values))
-        gpus.append(_gpu_from_row(row, what, raw, number))
+        gpus.append(gpu_from_row(dict(zip(fields, values)), QUERY_WHAT, raw, number))
     indexes = [gpu["index"] for gpu in gpus]
     if len(set(indexes)) != len(indexes):
-        raise NvidiaSmiParseError(what, "GPU indexes repeat: %s" % ", ".join(str(i) for i in indexes))
+        raise NvidiaSmiParseError(QUERY_WHAT, "GPU indexes repeat: %s" % ", ".join(str(i) for i in indexes))
     return sorted(gpus, key=lambda gpu: gpu["index"])
+
+
+def parse_gpu_query(text, fields=QUERY_FIELDS):
+    """GPUs from ``--query-gpu=QUERY_FIELDS --format=csv,noheader,nounits``, sorted by index."""
+    return query_gpus(text, fields, _gpu_from_row)
 
 
 def _gpu_from_row(row, what, line, number):
