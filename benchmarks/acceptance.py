@@ -359,6 +359,7 @@ def main():
             tiny_mla.make_repo(model_dir, "moe")
 
         quiet, waited, load = wait_quiet(not opts.no_wait_quiet)
+        result["measured_at"] = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
         result["quiet"] = {"quiet": quiet, "waited_s": waited, "load_at_start": load,
                            "busy_at_start": busy_processes()}
         log(f"measuring: 1-minute load {load:.2f}, {'quiet' if quiet else 'NOT QUIET'} after {waited} s of waiting")
@@ -424,7 +425,7 @@ def main():
             print(f"\nThe demo-real inventory's tolerance is {DEMO_TOLERANCE} %: this measurement {verdict}.")
         print(f"\nLoad (1-minute average): {load:.2f} when the measurement started ({'quiet' if quiet else 'NOT quiet'},"
               f" waited {waited} s), {load_runs_start:.2f} when the runs started (the engine's start just before),"
-              f" {load_end:.2f} at the end. {result['date']}")
+              f" {load_end:.2f} at the end. Started {result['date']}, measured from {result['measured_at']}.")
         if busy_during:
             print(f"NOT QUIET during the runs: {len(busy_during)} molecule/ansible-playbook process(es) seen, e.g. "
                   f"{sorted(busy_during)[0]}")
