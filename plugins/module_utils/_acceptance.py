@@ -161,6 +161,28 @@ def _percent_below(value, reference):
     return round(100.0 * (reference - value) / reference, 1) if reference > 0 else 0.0
 
 
+def _entry(result, reference, where=""):
+    """A verdict's start from one result: (entry, output tokens/s or None when not measured). Not measured, failed
+    requests and the hardware's failures are its first reasons, the hardware's notes its notes; ``where`` says where
+    they happened (" on the new state")."""
+    entry = {"verdict": "not_measured", "reasons": [], "notes": [], "output_tokens_per_s": None, "fleet_median": None,
+             "fleet_peers": 0, "last_accepted": reference}
+    if result.get("status") != "measured":
+        entry["reasons"].append("not measured%s: %s" % (where, result.get("reason") or "no reason given"))
+        return entry, None
+    metrics = result["metrics"]
+    value = entry["output_tokens_per_s"] = metrics["output_tokens_per_s"]
+    if metrics["failed"] > 0:
+        errors = result.get("errors") or []
+        entry["reasons"].append("%d of %d requests failed%s%s" % (
+            metrics["failed"], metrics["failed"] + metrics["completed"], where,
+            " (first error: %s)" % str(errors[0])[:300] if errors else ""))
+    hardware = result.get("hardware") or {}
+    entry["reasons"].extend(failure["message"] for failure in hardware.get("failures") or [])
+    entry["notes"].extend(hardware.get("notes") or [])
+    return entry, value
+
+
 def verdicts(results, tolerance):
     """The verdict of every host: ``results`` maps a host to what the module returned (status,
     reason, metrics, errors, identity, key, hardware, last_accepted); ``tolerance`` is the percent
@@ -178,23 +200,10 @@ def verdicts(results, tolerance):
     answer = {}
     for host in sorted(results):
         result = results[host]
-        entry = {"verdict": "not_measured", "reasons": [], "notes": [], "output_tokens_per_s": None,
-                 "fleet_median": None, "fleet_peers": 0, "last_accepted": None}
+        entry, value = _entry(result, None)
         answer[host] = entry
-        if result.get("status") != "measured":
-            entry["reasons"].append("not measured: %s" % (result.get("reason") or "no reason given"))
+        if value is None:
             continue
-        metrics = result["metrics"]
-        value = metrics["output_tokens_per_s"]
-        entry["output_tokens_per_s"] = value
-        if metrics["failed"] > 0:
-            errors = result.get("errors") or []
-            entry["reasons"].append("%d of %d requests failed%s" % (
-                metrics["failed"], metrics["failed"] + metrics["completed"],
-                " (first error: %s)" % str(errors[0])[:300] if errors else ""))
-        for failure in (result.get("hardware") or {}).get("failures") or []:
-            entry["reasons"].append(failure["message"])
-        entry["notes"].extend((result.get("hardware") or {}).get("notes") or [])
         same = peers[result["key"]]
         entry["fleet_peers"] = len(same)
         if len(same) >= 2:
@@ -226,22 +235,9 @@ def canary_verdict(measured, reference, tolerance):
     ``reference`` what the canary made on the state it ran before (its accepted result under that identity, or its
     measurement just before the roll). Failed when a request failed, its hardware failed, or its output tokens/s is
     more than ``tolerance`` percent below the reference. The same shape as a verdict of verdicts()."""
-    entry = {"verdict": "not_measured", "reasons": [], "notes": [], "output_tokens_per_s": None, "fleet_median": None,
-             "fleet_peers": 0, "last_accepted": reference}
-    if measured.get("status") != "measured":
-        entry["reasons"].append("not measured on the new state: %s" % (measured.get("reason") or "no reason given"))
+    entry, value = _entry(measured, reference, " on the new state")
+    if value is None:
         return entry
-    metrics = measured["metrics"]
-    value = metrics["output_tokens_per_s"]
-    entry["output_tokens_per_s"] = value
-    if metrics["failed"] > 0:
-        errors = measured.get("errors") or []
-        entry["reasons"].append("%d of %d requests failed on the new state%s" % (
-            metrics["failed"], metrics["failed"] + metrics["completed"],
-            " (first error: %s)" % str(errors[0])[:300] if errors else ""))
-    for failure in (measured.get("hardware") or {}).get("failures") or []:
-        entry["reasons"].append(failure["message"])
-    entry["notes"].extend((measured.get("hardware") or {}).get("notes") or [])
     before = reference.get("output_tokens_per_s")
     if _slower(value, before, tolerance):
         now_pin = (measured.get("identity") or {}).get("vllm_version")
