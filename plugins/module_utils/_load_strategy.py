@@ -29,15 +29,19 @@ Private to the fleet.vllm collection: the interface may change without notice.
 
 from __future__ import annotations
 
+import os
+
 FLAG = "--safetensors-load-strategy"
 
-# File system types as ``stat -f -c %T`` names them (GNU coreutils: ext2, ext3 and ext4 share one
-# magic number, printed "ext2/ext3"; every FUSE mount - sshfs, s3fs, ceph-fuse, glusterfs,
-# virtiofs - prints "fuseblk"; nfs and nfs4 print "nfs").
-LOCAL_DISK = frozenset(("ext2/ext3", "ext4", "xfs", "btrfs", "zfs", "f2fs", "jfs", "reiserfs", "bcachefs", "vfat",
-                        "exfat", "ntfs", "overlayfs", "squashfs"))
-NETWORK = frozenset(("nfs", "nfs4", "cifs", "smb2", "smb", "lustre", "ceph", "gpfs", "fuseblk", "fuse", "v9fs", "afs",
-                     "beegfs", "glusterfs", "ocfs2", "gfs/gfs2", "gfs2", "virtiofs"))
+# File system types as the kernel's mount table names them (/proc/self/mountinfo, the type after
+# " - ": what fleet.vllm.host_state's storage reports; a FUSE mount is "fuse.<its program>", such as
+# fuse.sshfs, fuse.s3fs, fuse.ceph-fuse) and as ``stat -f -c %T`` names them (GNU coreutils: ext2,
+# ext3 and ext4 share one magic number, printed "ext2/ext3"; every FUSE mount prints "fuseblk";
+# nfs and nfs4 print "nfs"; overlay prints "overlayfs").
+LOCAL_DISK = frozenset(("ext2/ext3", "ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "f2fs", "jfs", "reiserfs",
+                        "bcachefs", "vfat", "exfat", "ntfs", "ntfs3", "overlay", "overlayfs", "squashfs"))
+NETWORK = frozenset(("nfs", "nfs4", "cifs", "smb2", "smb3", "smb", "lustre", "ceph", "gpfs", "fuseblk", "fuse", "v9fs",
+                     "9p", "afs", "beegfs", "glusterfs", "ocfs2", "gfs/gfs2", "gfs2", "virtiofs"))
 IN_MEMORY = frozenset(("tmpfs", "ramfs"))
 # vLLM's own guard for its automatic prefetch (weight_utils.py: ram_threshold_pct = 90).
 RAM_SHARE = 0.9
@@ -47,6 +51,8 @@ def accepted_values(entry):
     """(values, source) from the probe's answer for FLAG (``server_flag_choices[FLAG]``): the
     values the installed parser takes, or None when it has no such option. A parser that takes any
     string (vLLM 0.16.0) gives the values its documentation of the option lists."""
+    if isinstance(entry, dict) and entry.get("error"):
+        return None, "its parser could not be asked: %s" % entry["error"]
     if not isinstance(entry, dict) or not entry.get("known"):
         return None, "its parser has no %s" % FLAG
     if entry.get("choices") is not None:
@@ -63,7 +69,7 @@ def _argv(value):
 def decide_load_strategy(choices, fs_type, build="the installed vLLM", checkpoint_bytes=None, available_bytes=None,
                          multithread_load=False):
     """What to pass for FLAG. ``choices``: the values the installed build accepts (None: it has no
-    such option); ``fs_type``: the models root's file system as ``stat -f -c %T`` prints it.
+    such option); ``fs_type``: the models' file system as the mount table (fleet.vllm.host_state's storage) or ``stat -f -c %T`` names it.
     ``checkpoint_bytes`` and ``available_bytes`` (optional, both or neither): the checkpoint's size and
     the host's available memory, for vLLM's own 90 % guard. ``multithread_load``: the loader's
     ``enable_multithread_load`` extra config, which refuses every value but lazy.
@@ -71,6 +77,8 @@ def decide_load_strategy(choices, fs_type, build="the installed vLLM", checkpoin
     Returns ``{"argv": [...] or [], "strategy": value or None, "reason": str}``; no argv is vLLM's default."""
     given = (fs_type or "").strip()
     fs = given.lower()
+    if fs.startswith("fuse."):
+        fs = "fuse"
     where = "the models' file system (%s)" % (given or "unknown")
 
     def keep_default(why):
@@ -98,7 +106,7 @@ def decide_load_strategy(choices, fs_type, build="the installed vLLM", checkpoin
                                       "share, while the loader parses them (vLLM PR #36012; without it vLLM issue #40988 "
                                       "stalled ~60 min on local EXT4)")
         if too_big:
-            return keep_default("the checkpoint (%d bytes) is over 90%% of available memory (%d bytes), so the prefetched "
+            return keep_default("the checkpoint (%d bytes) is over 90%% of the host's memory (%d bytes), so the prefetched "
                                 "pages would be evicted before they are read" % (checkpoint_bytes, available_bytes))
         return keep_default("takes no prefetch (%s); lazy memory-mapping is what it documents for local storage"
                             % ", ".join(sorted(accepted)) if accepted else "lists no value for %s" % FLAG)
@@ -109,7 +117,7 @@ def decide_load_strategy(choices, fs_type, build="the installed vLLM", checkpoin
                                       "NFS and Lustre when nothing is set (PRs #36012, #37673, #39422), and the flag extends "
                                       "it to the others")
         if "eager" in accepted:
-            why = ("a network file system and the checkpoint (%d bytes) is over 90%% of available memory, too big to "
+            why = ("a network file system and the checkpoint (%d bytes) is over 90%% of the host's memory, too big to "
                    "prefetch; eager reads each file whole, one at a time" % checkpoint_bytes if too_big else
                    "a network file system and the build has no prefetch: eager reads each file whole instead of "
                    "memory-mapping it, which vLLM documents as recommended for network file systems (vLLM PR #24469, "
@@ -117,3 +125,72 @@ def decide_load_strategy(choices, fs_type, build="the installed vLLM", checkpoin
             return choose("eager", why)
         return keep_default("takes neither prefetch nor eager (%s)" % (", ".join(sorted(accepted)) or "no value listed"))
     return keep_default("the file system type is not one this decision knows as local disk, network or memory")
+
+
+# ---- what the host says (fleet.vllm.host_state's storage) --------------------------------------
+
+def _unescape(field):
+    """A path of /proc/self/mountinfo: blanks, tabs, newlines and backslashes are octal escapes."""
+    return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+
+
+def mount_of(path, mountinfo):
+    """(mount point, file system type) of the mount that holds ``path`` (a real path), from the
+    text of /proc/self/mountinfo (proc(5)): the longest mount point above it, the last one mounted
+    where several share a point. (None, None) when no line parses."""
+    best = (None, None)
+    for line in mountinfo.splitlines():
+        fields = line.split(" ")
+        if " - " not in line or len(fields) < 10:
+            continue
+        point = _unescape(fields[4])
+        fs_type = line.split(" - ", 1)[1].split(" ")[0]
+        inside = path == point or point == "/" or path.startswith(point.rstrip("/") + "/")
+        if inside and (best[0] is None or len(point) >= len(best[0])):
+            best = (point, fs_type)
+    return best
+
+
+def _mem_total(meminfo):
+    for line in meminfo.splitlines():
+        if line.startswith("MemTotal:"):
+            parts = line.split()
+            return int(parts[1]) * 1024 if len(parts) > 1 and parts[1].isdigit() else None
+    return None
+
+
+def _read(path):
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except (IOError, OSError):
+        return ""
+
+
+def storage(path, mountinfo=None, meminfo=None):
+    """What the load decision needs of a host, for the model directory ``path``: the file system
+    its safetensors files are on (followed through the served directory's links), their total
+    size, and the host's memory. ``{"path", "exists", "real_path", "mount_point", "fs_type",
+    "safetensors_files", "safetensors_bytes", "mem_total_bytes"}``. MemTotal, not MemAvailable:
+    the decision is written into the unit and must not change between two runs with nothing new."""
+    mountinfo = _read("/proc/self/mountinfo") if mountinfo is None else mountinfo
+    meminfo = _read("/proc/meminfo") if meminfo is None else meminfo
+    answer = {"path": path, "exists": os.path.isdir(path), "real_path": None, "mount_point": None, "fs_type": None,
+              "safetensors_files": 0, "safetensors_bytes": 0, "mem_total_bytes": _mem_total(meminfo)}
+    if not answer["exists"]:
+        return answer
+    first = None
+    for name in sorted(os.listdir(path)):
+        if not name.endswith(".safetensors"):
+            continue
+        full = os.path.join(path, name)
+        try:
+            size = os.stat(full).st_size
+        except OSError:
+            continue
+        answer["safetensors_files"] += 1
+        answer["safetensors_bytes"] += size
+        first = first or full
+    answer["real_path"] = os.path.realpath(first or path)
+    answer["mount_point"], answer["fs_type"] = mount_of(answer["real_path"], mountinfo)
+    return answer

@@ -89,6 +89,12 @@ options:
       user:
         description: The account; V(null) for any account in none of the groups.
         type: str
+  storage:
+    description:
+      - A model directory; RV(storage) reports the file system its C(*.safetensors) files are on (their links
+        followed), their total size and the host's memory, for the decision of vLLM's
+        C(--safetensors-load-strategy) (filter P(fleet.vllm.load_strategy#filter)).
+    type: path
   fingerprint:
     description:
       - The options of M(fleet.vllm.vllm_fingerprint) but O(fleet.vllm.vllm_fingerprint#module:record) - compare,
@@ -247,6 +253,18 @@ out_of_reach:
   elements: dict
   sample: [{"path": "/srv/vllm/models/pristine/nvidia--Kimi-K2.5-NVFP4", "user": null,
             "blocked": {"path": "/srv", "mode": "0750", "owner": "root", "group": "root"}}]
+storage:
+  description:
+    - For O(storage), V(null) when not asked. C(fs_type) and C(mount_point) come from the kernel's mount table
+      (C(/proc/self/mountinfo)), for the real path of the directory's first C(*.safetensors) file (the directory's
+      own when it has none); C(fs_type) is V(null) when the table names no mount for it.
+    - C(mem_total_bytes) is C(MemTotal) of C(/proc/meminfo), not the memory available now, so that a decision
+      made from it does not change between two runs.
+  returned: always
+  type: dict
+  sample: {"path": "/srv/vllm/models/served/nvidia--Kimi-K2.5-NVFP4", "exists": true, "real_path": "/srv/vllm/models/blobs/0f3c",
+           "mount_point": "/srv/vllm", "fs_type": "ext4", "safetensors_files": 119, "safetensors_bytes": 579820000000,
+           "mem_total_bytes": 2163324321792}
 fingerprint:
   description:
     - With O(fingerprint), M(fleet.vllm.vllm_fingerprint)'s return (C(digest), C(recorded_digest), C(matches),
@@ -269,6 +287,7 @@ from ansible.module_utils.common.text.converters import to_native
 from ansible_collections.fleet.vllm.plugins.module_utils._fingerprint import OPTIONS as FINGERPRINT_OPTIONS
 from ansible_collections.fleet.vllm.plugins.module_utils._fingerprint import evaluate
 from ansible_collections.fleet.vllm.plugins.module_utils._interfaces import interfaces
+from ansible_collections.fleet.vllm.plugins.module_utils._load_strategy import storage
 from ansible_collections.fleet.vllm.plugins.module_utils._managed_files import (
     DIRECTORIES_SPEC,
     FILES_SPEC,
@@ -401,6 +420,7 @@ def main():
             units=dict(type="list", elements="str", default=[]),
             directories=DIRECTORIES_SPEC,
             files=FILES_SPEC,
+            storage=dict(type="path"),
             fingerprint=dict(type="dict", options=FINGERPRINT_OPTIONS),
             reachable=dict(type="list", elements="dict", default=[], options=dict(
                 path=dict(type="path", required=True), user=dict(type="str"))),
@@ -424,6 +444,7 @@ def main():
         units=units(module, p["units"]),
         out_of_place=differ,
         out_of_reach=[dict(item, blocked=blocked) for item, blocked in reach if blocked],
+        storage=storage(p["storage"]) if p["storage"] else None,
         fingerprint=fingerprint(module, p["fingerprint"]),
     )
 

@@ -137,6 +137,14 @@ options:
     type: list
     elements: str
     default: []
+  server_flag_choices:
+    description:
+      - Options whose values the caller chooses from what the installed parser takes, such as
+        C(--safetensors-load-strategy) (0.33.0 takes lazy, eager, prefetch, torchao; 0.16.0 any string).
+        RV(server_flag_choices) says, for each, whether the parser has it and what it takes.
+    type: list
+    elements: str
+    default: []
   environment:
     description:
       - Environment variables for the probe, on top of the module's own environment, for example
@@ -345,6 +353,16 @@ server_flags_known:
   returned: always
   type: dict
   sample: {"--shutdown-timeout": true}
+server_flag_choices:
+  description:
+    - For each option of O(server_flag_choices) - C(known) (whether the parser has it), C(choices) (the values
+      its parser takes, V(null) when it takes any string), C(documented) (then, the values the build's own
+      documentation of the option lists), C(default) - or C(error) alone when the parser could not be built. Empty when
+      not asked.
+  returned: always
+  type: dict
+  sample: {"--safetensors-load-strategy": {"known": true, "choices": ["eager", "lazy", "prefetch", "torchao"],
+           "documented": null, "default": null}}
 cached:
   description: Whether the answer came from O(cache_dir) instead of a run of vLLM.
   returned: always
@@ -431,6 +449,7 @@ class VllmProbe(object):
             server_args_accepted=None,
             server_args_error=None,
             server_flags_known={},
+            server_flag_choices={},
             cached=False,
             msg="",
         )
@@ -554,6 +573,9 @@ class VllmProbe(object):
             server_args=normalise_server_args(params["server_args"]) if params["server_args"] is not None else None,
             server_flags=list(params["server_flags"]),
         )
+        if params["server_flag_choices"]:
+            # Only when asked: the cache keys of the questions asked before this option stay as they were.
+            question["server_flag_choices"] = list(params["server_flag_choices"])
         if self.asks_backends and params["method"] != "table":
             question["backends"] = list(backend_names(params["platform"], kind))
         return question, capability, model
@@ -725,6 +747,13 @@ class VllmProbe(object):
             self.evidence.append("server flags not asked: %s" % flags["error"])
         else:
             self.result["server_flags_known"] = dict((k, bool(v)) for k, v in flags.items())
+        choices = answer.get("server_flag_choices") or {}
+        if "error" in choices:
+            self.evidence.append("server flag choices not asked: %s" % choices["error"])
+            self.result["server_flag_choices"] = dict((flag, {"error": choices["error"]})
+                                                      for flag in self.params["server_flag_choices"])
+        else:
+            self.result["server_flag_choices"] = choices
         checked = answer.get("server_args")
         if checked is None:
             return
@@ -764,6 +793,7 @@ def main():
             attention_kind=dict(type="str", choices=["auto", "mla", "standard"], default="auto"),
             server_args=dict(type="list", elements="str"),
             server_flags=dict(type="list", elements="str", default=[]),
+            server_flag_choices=dict(type="list", elements="str", default=[]),
             environment=dict(type="dict", default={}),
             method=dict(type="str", choices=["auto", "introspection", "table"], default="auto"),
             timeout=dict(type="int", default=300),
