@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import os
 
+from ansible_collections.fleet.vllm.plugins.module_utils._pci_sysfs import read_text
+
 FLAG = "--safetensors-load-strategy"
 
 # File system types as the kernel's mount table names them (/proc/self/mountinfo, the type after
@@ -159,22 +161,14 @@ def _mem_total(meminfo):
     return None
 
 
-def _read(path):
-    try:
-        with open(path) as handle:
-            return handle.read()
-    except (IOError, OSError):
-        return ""
-
-
 def storage(path, mountinfo=None, meminfo=None):
     """What the load decision needs of a host, for the model directory ``path``: the file system
     its safetensors files are on (followed through the served directory's links), their total
     size, and the host's memory. ``{"path", "exists", "real_path", "mount_point", "fs_type",
     "safetensors_files", "safetensors_bytes", "mem_total_bytes"}``. MemTotal, not MemAvailable:
     the decision is written into the unit and must not change between two runs with nothing new."""
-    mountinfo = _read("/proc/self/mountinfo") if mountinfo is None else mountinfo
-    meminfo = _read("/proc/meminfo") if meminfo is None else meminfo
+    mountinfo = (read_text("/proc/self/mountinfo") or "") if mountinfo is None else mountinfo
+    meminfo = (read_text("/proc/meminfo") or "") if meminfo is None else meminfo
     answer = {"path": path, "exists": os.path.isdir(path), "real_path": None, "mount_point": None, "fs_type": None,
               "safetensors_files": 0, "safetensors_bytes": 0, "mem_total_bytes": _mem_total(meminfo)}
     if not answer["exists"]:
