@@ -186,7 +186,6 @@ seconds:
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 import threading
 import time
@@ -274,6 +273,10 @@ def key_problem(url, api_key, ca_file):
         return "the front door did not answer /v1/models: %s" % to_native(exc)
 
 
+# Seconds one nvidia-smi reading of the sampler may take before it is killed and counted as an error.
+SAMPLE_TIMEOUT = 30
+
+
 class Sampler(threading.Thread):
     """Reads the GPUs every interval until stopped."""
 
@@ -287,13 +290,13 @@ class Sampler(threading.Thread):
     def run(self):
         while True:
             try:
-                out = subprocess.run(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30,
-                                     check=False)
-                text = to_native(out.stdout)
-                if out.returncode == 0:
-                    self.samples.append(_gpu_load.parse_load_sample(text))
+                rc, out, err = run_bounded(self.module, self.argv, SAMPLE_TIMEOUT, errors="surrogate_or_replace")
+                if rc == 0:
+                    self.samples.append(_gpu_load.parse_load_sample(to_native(out)))
+                elif rc is None:
+                    self.errors.append("%s did not answer within %d seconds" % (self.argv[0], SAMPLE_TIMEOUT))
                 else:
-                    self.errors.append(text.strip()[-300:])
+                    self.errors.append((to_native(out) + to_native(err)).strip()[-300:])
             except Exception as exc:  # pylint: disable=broad-except
                 # An answer that cannot be parsed, or no answer: recorded, and the load goes on.
                 self.errors.append(to_native(exc))
@@ -310,8 +313,9 @@ def kernel_log_since(module, started, path):
     return out if rc == 0 else ""
 
 
-def run_client(module, argv, env, timeout):
-    """Run the client: (returncode, or None when it ran past ``timeout`` and was killed; its output's tail)."""
+def run_bounded(module, argv, timeout, **kwargs):
+    """module.run_command(argv, **kwargs), the command killed when it runs past ``timeout`` seconds:
+    (returncode, or None when it was killed; stdout; stderr). Exceptions reach the caller."""
     stop, timed_out = threading.Event(), []
 
     def watchdog(process):
@@ -328,12 +332,17 @@ def run_client(module, argv, env, timeout):
         thread.start()
 
     try:
-        rc, out, err = module.run_command(argv, environ_update=env, cwd=env["HOME"], expand_user_and_vars=False,
-                                          errors="surrogate_or_replace", before_communicate_callback=started,
-                                          handle_exceptions=False)
+        rc, out, err = module.run_command(argv, before_communicate_callback=started, handle_exceptions=False, **kwargs)
     finally:
         stop.set()
-    if timed_out:
+    return (None if timed_out else rc), out, err
+
+
+def run_client(module, argv, env, timeout):
+    """Run the client: (returncode, or None when it ran past ``timeout`` and was killed; its output's tail)."""
+    rc, out, err = run_bounded(module, argv, timeout, environ_update=env, cwd=env["HOME"], expand_user_and_vars=False,
+                               errors="surrogate_or_replace")
+    if rc is None:
         return None, ""
     return rc, (to_native(out) + to_native(err))[-2000:]
 
