@@ -10,13 +10,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from conftest import ROOT, free_port, run_playbook
+from tests.helpers import rsyncd
 from tests.hub.synthetic_repo import make_repo
 
 pytestmark = [pytest.mark.integration]
@@ -52,8 +52,7 @@ def fleet(tmp_path_factory, hub_wheels):
         conf.write_text("uid = root\ngid = root\nuse chroot = no\nread only = yes\npid file = %s/%s-rsyncd.pid\n"
                         "[fleet-vllm-models]\npath = %s\nhosts allow = 127.0.0.1\nexclude = .cache/\n"
                         % (base, host, root / "pristine"))
-        daemons.append(subprocess.Popen(["rsync", "--daemon", "--no-detach", "--address=127.0.0.1", "--port=%d" % port,
-                                         "--config=%s" % conf]))
+        daemons.append(rsyncd.start(conf, port)[0])
         hostvars[host] = dict(
             ansible_connection="local", ansible_python_interpreter=sys.executable,
             fleet_vllm_models_root=str(root), vllm_weights_peer_port=port, vllm_weights_peer_address="127.0.0.1",
@@ -69,12 +68,10 @@ def fleet(tmp_path_factory, hub_wheels):
         fleet_vllm_trust_remote_code=False,
         vllm_weights_pip_extra_args=["--no-index", "--find-links", str(hub_wheels)],
     )}}))
-    time.sleep(0.5)
     yield dict(base=base, repo=repo, hub=hub, commit=commit, inventory=inventory)
     hub.stop()
     for proc in daemons:
-        proc.terminate()
-        proc.wait(10)
+        rsyncd.stop(proc)
 
 
 def play(fleet, *args, **extra):

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.fleet.vllm.plugins.filter.weights_plan import weights_listing
 
+from tests.helpers import rsyncd
 from tests.hub.synthetic_repo import make_repo
 
 REPO = "nvidia/Kimi-K2.5-NVFP4"
@@ -258,18 +259,11 @@ def rsync_daemon(tmp_path):
     root = tmp_path / "peer-pristine"
     root.mkdir()
     conf = tmp_path / "rsyncd.conf"
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     conf.write_text("use chroot = no\nread only = yes\npid file = %s/rsyncd.pid\n[fleet-vllm-models]\npath = %s\n"
                     "hosts allow = 127.0.0.1\n" % (tmp_path, root))
-    proc = subprocess.Popen(["rsync", "--daemon", "--no-detach", "--address=127.0.0.1", "--port=%d" % port,
-                             "--config=%s" % conf])
-    time.sleep(0.5)
+    proc, port = rsyncd.start(conf)
     yield root, "rsync://127.0.0.1:%d/fleet-vllm-models" % port
-    proc.terminate()
-    proc.wait(10)
+    rsyncd.stop(proc)
 
 
 def test_copy_from_a_peer_with_rsync_never_asks_the_hub(snap, hub, repo_dir, rsync_daemon, run_module, tmp_path):
@@ -291,17 +285,11 @@ def test_copy_from_a_peer_with_rsync_never_asks_the_hub(snap, hub, repo_dir, rsy
 
 def _daemon(tmp_path, name, root, allow="127.0.0.1", extra=""):
     """Another real rsync daemon on loopback serving root as fleet-vllm-models (list = no, as the role's)."""
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     conf = tmp_path / ("%s.conf" % name)
     conf.write_text("use chroot = no\nread only = yes\nlist = no\npid file = %s/%s.pid\nlock file = %s/%s.lock\n%s"
                     "[fleet-vllm-models]\npath = %s\nhosts allow = %s\nhosts deny = *\nexclude = .cache/\n"
                     % (tmp_path, name, tmp_path, name, extra, root, allow))
-    proc = subprocess.Popen(["rsync", "--daemon", "--no-detach", "--address=127.0.0.1", "--port=%d" % port,
-                             "--config=%s" % conf])
-    time.sleep(0.5)
+    proc, port = rsyncd.start(conf)
     return proc, "rsync://127.0.0.1:%d/fleet-vllm-models" % port
 
 
@@ -317,8 +305,7 @@ def test_candidates_refusing_or_absent_are_left_out_and_the_next_serves(
         copied = snap(revision=hub.commit, peer=[closed_url + "/Kimi", "rsync://127.0.0.1:1/fleet-vllm-models/Kimi",
                                                  url + "/Other", url + "/Kimi"], listing=listing(hub))
     finally:
-        closed.terminate()
-        closed.wait(10)
+        rsyncd.stop(closed)
     assert not copied.failed, copied
     r = copied.result
     assert r["peer_used"] == url + "/Kimi" and hub.requests == []
@@ -337,8 +324,7 @@ def test_no_peer_will_serve_falls_back_to_the_hub_and_says_why(snap, hub, repo_d
         assert file_gets(hub) == []
         fetched = snap(revision=hub.commit, peer=refusing_url + "/Kimi", peer_fallback=True, listing=listing(hub))
     finally:
-        refusing.terminate()
-        refusing.wait(10)
+        rsyncd.stop(refusing)
     assert not fetched.failed, fetched
     r = fetched.result
     assert r["complete"] and r["peer_used"] is None and len(file_gets(hub)) == 10
@@ -375,8 +361,7 @@ def test_a_busy_peer_is_waited_for(snap, hub, repo_dir, run_module, tmp_path):
         copied = snap(revision=hub.commit, peer=url + "/Kimi", peer_wait=60, retry_delay=1, listing=listing(hub))
     finally:
         holder.close()
-        proc.terminate()
-        proc.wait(10)
+        rsyncd.stop(proc)
     assert not copied.failed, copied
     assert copied.result["peer_used"] == url + "/Kimi" and hub.requests == []
     assert any("max connections (1) reached" in line for line in copied.result["peer_problems"])
