@@ -241,6 +241,11 @@ WITHOUT_TLS = {"vllm_servers": {"gpu-a": FLEET["vllm_servers"]["gpu-a"]}, "vllm_
                  id="scrape-interval-without-unit"),
     pytest.param(WITHOUT_TLS, {"vllm_monitoring_silence_minutes": 0}, ["vllm_monitoring_silence_minutes is 0: set 1 or more"],
                  id="no-silence"),
+    pytest.param(WITHOUT_TLS, {"vllm_monitoring_unsilence_wait": "2m"},
+                 ['vllm_monitoring_unsilence_wait is "2m": set a number of seconds'], id="unsilence-wait-with-a-unit"),
+    pytest.param(WITHOUT_TLS, {"vllm_monitoring_unsilence_wait": 7201},
+                 ["vllm_monitoring_unsilence_wait is 7201: set a number of seconds, 0 or more and no longer than the silence"],
+                 id="unsilence-wait-longer-than-the-silence"),
     pytest.param(FLEET, {"vllm_monitoring_ca_file": ""}, ["gpu-b serve their metrics in TLS", "set vllm_monitoring_ca_file"],
                  id="tls-host-without-ca"),
 ])
