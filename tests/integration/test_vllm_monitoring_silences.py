@@ -250,7 +250,7 @@ def _warnings(run, host):
 
 
 def test_every_silence_of_the_roll_is_expired(rolled):
-    _, silences = rolled
+    silences = rolled[1]
     for host in CASES:
         states = [s["status"]["state"] for s in silences.get(host, [])]
         assert states == ["expired"], (host, silences.get(host))
@@ -258,7 +258,7 @@ def test_every_silence_of_the_roll_is_expired(rolled):
 
 
 def test_a_restart_that_comes_back_ends_its_silence_once_its_alert_resolved_and_pages_no_one(rolled):
-    run, _ = rolled
+    run = rolled[0]
     assert notified("gpu-waits") == [], _Webhook.received
     # It waited: Prometheus was asked again and again while the host was reported down, and Alertmanager had the
     # resolution at the first ask once Prometheus had none.
@@ -269,13 +269,13 @@ def test_a_restart_that_comes_back_ends_its_silence_once_its_alert_resolved_and_
 
 def test_without_the_wait_the_same_restart_pages(rolled):
     """The control: what the roll did before, and still does for a host that failed."""
-    run, _ = rolled
+    run = rolled[0]
     assert ("FleetVllmTestHostDown", "gpu-no-wait", "firing") in notified("gpu-no-wait"), _Webhook.received
     assert _polls(run, "gpu-no-wait") == {"prometheus": 0, "alertmanager": 0}
 
 
 def test_a_host_still_alerting_after_the_wait_is_reported_and_pages(rolled):
-    run, _ = rolled
+    run = rolled[0]
     warnings = _warnings(run, "gpu-still-down")
     assert len(warnings) == 1 and ALERT in warnings[0] and "prometheus on mon" in warnings[0], warnings
     assert "vllm_monitoring_unsilence_wait, 4 s" in warnings[0], warnings
@@ -285,7 +285,7 @@ def test_a_host_still_alerting_after_the_wait_is_reported_and_pages(rolled):
 
 
 def test_an_alert_older_than_the_silence_is_not_waited_for_nor_notified_again(rolled):
-    run, _ = rolled
+    run = rolled[0]
     assert _polls(run, "gpu-down-before") == {"prometheus": 1, "alertmanager": 1}
     assert _warnings(run, "gpu-down-before") == []
     assert notified("gpu-down-before") == [(ALERT, "gpu-down-before", "firing")], _Webhook.received
