@@ -211,7 +211,8 @@ def _explicit(plan, shapes, by_shape, need, usable, tp, pp, rdma, expert_paralle
         per_host = gpus // world
         plan.update(shape="replicas", copies=len(shapes) * per_host)
         plan["summary"] = "replicas: %d (%d per host), TP %d x PP %d each" % (len(shapes) * per_host, per_host, tp, pp)
-        lines.append("%s <= %s: %d copy(ies) per host" % (gb(need), gb(world * per_gpu), per_host))
+        lines.append("%s needed <= %s given by %d GPU(s): %d copy(ies) per host"
+                     % (gb(need), gb(world * per_gpu), world, per_host))
         return plan
     if len(shapes) < hosts_per_copy:
         return refuse("%d hosts needed for one copy (%s %d x %s %d), %s has %d: %d missing" % (

@@ -150,13 +150,40 @@ def test_a_listing_that_fits_passes_and_reports_each_host(tmp_path, hub):
         assert result["measured"]["gpus"]["count"] == 8 and result["measured"]["gpus"]["sys_pairs"] == 16
         assert result["measured"]["nofile"]["source"] == "the vLLM unit's LimitNOFILE"
         assert any(w.startswith("GPUs talk over PCIe only (NODE, SYS)") for w in result["warnings"]), result["warnings"]
-        assert reports[name]["msg"] == result["msg"]
+        # The module's line, then the planner's for this host's copy (the weights + 20 % against 8 x 97887 MiB x 0.9).
+        assert reports[name]["msg"] == result["msg"] + " | memory: %.1f GB needed <= 739.0 GB given by 8 GPU(s): 1 copy(ies) per host" % (
+            total * 1.2 / GB)
         assert reports[name]["msg"].startswith(
             "8x NVIDIA RTX PRO 6000 Blackwell Server Edition (12.0), driver 580.95.05, CUDA 13.0, PCIe only (NODE, SYS); disk ")
-        assert reports[name]["msg"].endswith("; 0 problems, 1 warning")
+        assert result["msg"].endswith("; 0 problems, 1 warning")
     assert all(out["stats"][name]["changed"] == 0 and out["stats"][name]["failures"] == 0 for name in HOSTS)
     assert not (tmp_path / "models").exists()
     assert TOKEN not in proc.stdout + proc.stderr
+
+
+def test_a_shape_that_cannot_hold_the_model_is_refused_before_anything_is_downloaded(tmp_path, hub):
+    """The planner's answer for each host's copy (fleet.vllm.topology_plan): 8 GPUs at 0.1 % of their memory (0.8 GB)
+    cannot hold the listing's 1.2 GB plus 20 %. With vllm_preflight_fail_on_problems false it is reported only."""
+    files, total = listing(119, 10 * 1024 * 1024)
+    server = hub({TREE_PATH: (200, files)})
+    tight = {"fleet_vllm_controller_hub_endpoint": server.endpoint, "vllm_server_gpu_memory_utilization": 0.001}
+    proc, out = play(tmp_path, tight)
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    refused = results(out, "Refuse a shape that cannot hold the model on this host")
+    assert sorted(refused) == list(HOSTS)
+    for result in refused.values():
+        assert result["failed"] and result["msg"].startswith(
+            "fleet_vllm_tensor_parallel_size x vllm_preflight_pipeline_parallel_size = 8 GPUs give 0.8 GB, one copy needs "
+            "%.1f GB: raise them | %s: %.1f GB of weights" % (total * 1.2 / GB, REPO, total / GB)), result["msg"]
+        assert "8 GPU(s) x 97887 MiB x 0.001 (--gpu-memory-utilization) = 0.8 GB per host" in result["msg"]
+    assert not (tmp_path / "models").exists()
+    proc, out = play(tmp_path, dict(tight, vllm_preflight_fail_on_problems=False))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    reports = results(out, "Report the host's preflight")
+    assert sorted(reports) == list(HOSTS)
+    assert all(r["msg"].endswith(" | memory: fleet_vllm_tensor_parallel_size x vllm_preflight_pipeline_parallel_size = 8 "
+                                 "GPUs give 0.8 GB, one copy needs %.1f GB: raise them" % (total * 1.2 / GB))
+               for r in reports.values()), reports
 
 
 def test_check_mode_lists_the_hub_and_checks_the_same(tmp_path, hub):
