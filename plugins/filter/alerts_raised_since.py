@@ -11,9 +11,13 @@ short_description: The alerts of one fleet host that were raised since a time an
 version_added: "0.9.0"
 author: fleet.vllm developers (@fleet-vllm)
 description:
-  - Reads the alerts of Prometheus' C(/api/v1/alerts) (C(data.alerts), pending and firing, with C(activeAt)) or of
+  - Reads the alerts of Prometheus' C(/api/v1/alerts) (C(data.alerts), with C(state) and C(activeAt)) or of
     Alertmanager's C(/api/v2/alerts) (with C(startsAt) and C(endsAt)), and returns the names of those labelled
-    C(fleet_host=<host>) that became active at or after O(since) and are not resolved.
+    C(fleet_host=<host>) that became active at or after O(since) and are firing - in Prometheus' state V(firing), in
+    Alertmanager not resolved.
+  - A pending alert is not counted. It is notified only if its condition lasts its C(for), and some last through a
+    whole roll by design (FleetVllmDrift, while the fleet runs two pins, is pending for up to its C(drift_for) of
+    1h); waiting for it would hold each host of the roll to the wait's limit (measured in Molecule C(gateway)).
   - The rolling phase waits until there are none before it expires the silence of a host's planned restart
     (the role fleet.vllm.vllm_monitoring, C(tasks_from=unsilence)), because an alert the restart raised that is
     still active when the silence ends is notified, although the host is back. An alert that was active before the
@@ -107,11 +111,11 @@ def _epoch(value, what):
 
 
 def _active(alert, now):
-    """Whether an alert of either API is active. Prometheus lists pending and firing ones. An alert of
+    """Whether an alert of either API fires. Prometheus lists pending and firing ones; only firing counts. An alert of
     Alertmanager is resolved once its end has passed (by NOW, the monitoring host's clock, where known) or, without
     NOW, when its end is no later than its last update (a resolution Prometheus sent)."""
     if "startsAt" not in alert:
-        return alert.get("state") in ("pending", "firing")
+        return alert.get("state") == "firing"
     ends = _epoch(alert.get("endsAt"), "endsAt")
     if ends is None:
         return True

@@ -21,10 +21,12 @@ def am(name, host, starts, ends, updated, state="suppressed"):
             "status": {"state": state, "silencedBy": ["x"], "inhibitedBy": []}, "fingerprint": "f", "receivers": []}
 
 
-def test_prometheus_alerts_of_the_host_raised_since_pending_or_firing():
+def test_prometheus_alerts_of_the_host_raised_since_and_firing():
     alerts = [
         prom("FleetVllmEngineDown", "gpu-a", "2026-12-04T21:00:05.123456789Z"),
-        prom("FleetVllmHostOutOfRotation", "gpu-a", "2026-12-04T21:00:01Z", state="pending"),
+        prom("FleetVllmHostOutOfRotation", "gpu-a", "2026-12-04T21:00:01Z"),
+        # Pending: notified only if it lasts its for, which a roll's drift does not (drift_for 1h).
+        prom("FleetVllmDrift", "gpu-a", "2026-12-04T21:00:02Z", state="pending"),
         prom("FleetVllmEngineDown", "gpu-a", "2026-12-04T21:00:07Z"),  # the same name once
         prom("FleetVllmNodeDown", "gpu-a", "2026-12-04T20:59:59.999Z"),  # before the silence
         prom("FleetVllmEngineDown", "gpu-b", "2026-12-04T21:00:05Z"),  # another host
