@@ -82,7 +82,10 @@ def plan_topology(model_bytes, hosts, rdma=False, gpu_memory_utilization=None, h
     min_memory_bytes = _whole(min_memory_bytes or 0, names["min_memory_bytes"], minimum=0)
     tp = _whole(tensor_parallel_size, names["tensor_parallel_size"])
     pp = _whole(pipeline_parallel_size, names["pipeline_parallel_size"])
-    utilization = VLLM_GPU_MEMORY_UTILIZATION if not gpu_memory_utilization else float(gpu_memory_utilization)
+    try:
+        utilization = float(gpu_memory_utilization or 0) or VLLM_GPU_MEMORY_UTILIZATION  # 0: vLLM's default
+    except (TypeError, ValueError):
+        utilization = -1.0
     if not 0 < utilization <= 1:
         raise ValueError("%s must be above 0 and at most 1, got %r" % (names["gpu_memory_utilization"], gpu_memory_utilization))
     if not isinstance(hosts, dict) or not hosts:

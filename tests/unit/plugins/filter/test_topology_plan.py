@@ -159,6 +159,8 @@ def test_a_host_without_gpus_is_refused():
      "fleet_vllm_tensor_parallel_size must be a whole number of 1 or more, got 'eight'"),
     (dict(hosts={"gpu-01": {"gpus": 8, "memory_mib": 97887}}, gpu_memory_utilization=1.5),
      "gpu_memory_utilization must be above 0 and at most 1, got 1.5"),
+    (dict(hosts={"gpu-01": {"gpus": 8, "memory_mib": 97887}}, gpu_memory_utilization="most"),
+     "gpu_memory_utilization must be above 0 and at most 1, got 'most'"),
     (dict(hosts={"gpu-01": {"gpus": 8, "memory_mib": 97887}}, rdma="maybe"), "maybe"),
 ])
 def test_bad_input_is_refused_naming_it(kwargs, named):
@@ -183,3 +185,10 @@ def test_the_planned_utilization_holds_for_both_real_builds(vllm_venv, vllm_venv
     from ansible_collections.fleet.vllm.plugins.module_utils._topology import VLLM_GPU_MEMORY_UTILIZATION
     defaults = {_default_utilization(vllm_venv_old), _default_utilization(vllm_venv)}
     assert defaults == {0.9, 0.92} and VLLM_GPU_MEMORY_UTILIZATION == min(defaults), defaults
+
+
+@pytest.mark.parametrize("unset", [None, 0, 0.0, "0", "0.0", ""])
+def test_an_unset_utilization_is_vllms_default_however_it_is_written(unset):
+    """vllm_server_gpu_memory_utilization is 0.0 when unset; from -e it may come as a string."""
+    plan = topology_plan(KIMI_K25, hosts=fleet(1), gpu_memory_utilization=unset)
+    assert "x 0.9 (--gpu-memory-utilization) = 739.0 GB per host" in plan["arithmetic"][1], plan["arithmetic"]
