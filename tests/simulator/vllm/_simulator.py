@@ -36,7 +36,16 @@ vllm.entrypoints.openai.api_server`` and ``vllm serve``:
   while the model loads), with no unlink of an existing file (one there, even a socket left by an
   earlier run, makes the bind fail: EADDRINUSE, exit 1) and no chmod (the file's mode is what the
   umask leaves); ``--host``/``--port`` are then ignored, the log says ``Starting vLLM server on
-  unix:PATH``, and the file stays after the server exits (vLLM removes it neither).
+  unix:PATH``, and the file stays after the server exits (vLLM removes it neither);
+* a serving group (one model copy across hosts: ``--nnodes N`` > 1, multiprocessing, no Ray), as
+  vLLM runs one: rank 0 (``--node-rank 0``) is the API server, ranks 1..N-1 run ``vllm serve
+  --headless`` (no API server). vLLM's checks of those flags are made with vLLM's words
+  (``parallel_config_error``); the head listens on ``--master-port`` on all addresses (torch's
+  TCPStore server) and serves only once N-1 ranks said hello (``GroupHead``); a headless rank binds
+  its workers' message-queue socket on VLLM_HOST_IP and connects to ``--master-addr:--master-port``
+  (``GroupMember``); a rank that goes away kills the head's engine (exit 1), a head that goes away
+  kills the rank's workers (exit 1). The protocol, the bounds and the differences: "A serving group"
+  in tests/simulator/README.md.
 
 Where it differs from vLLM: no model is loaded and nothing is computed. Completions are a
 fixed sentence cut to ``max_tokens`` words (a word counts as a token); usage counts words.
@@ -142,8 +151,11 @@ def _stamp():
 
 
 def log(level, where, message, proc="APIServer", pid=PID, stream=None):
+    """One line of vLLM's log; ``proc`` None: no ``(proc pid=N)`` prefix, as a process vLLM does not
+    decorate writes (the main process of ``vllm serve --headless``)."""
     stream = stream or sys.stdout
-    stream.write("(%s pid=%d) %s %s [%s] %s\n" % (proc, pid, level, _stamp(), where, message))
+    prefix = "" if proc is None else "(%s pid=%d) " % (proc, pid)
+    stream.write("%s%s %s [%s] %s\n" % (prefix, level, _stamp(), where, message))
     stream.flush()
 
 
@@ -777,8 +789,9 @@ def bind_unix(path):
     return httpd
 
 
-def serve(args, state, unix=None):
-    """Serve until SIGTERM: on ``unix`` (bind_unix's server, --uds) or on --host/--port."""
+def serve(args, state, unix=None, head=None):
+    """Serve until SIGTERM: on ``unix`` (bind_unix's server, --uds) or on --host/--port. ``head``: the
+    GroupHead of a serving group's rank 0, whose engine dies (exit 1) when a rank goes away."""
     Handler.state = state
     if unix is not None:
         httpd = unix
@@ -806,6 +819,8 @@ def serve(args, state, unix=None):
     access_log("Started server process [%d]" % PID)
     access_log("Waiting for application startup.")
     access_log("Application startup complete.")
+    if head is not None:
+        head.on_dead(httpd.shutdown)  # serve_forever returns; the engine is dead
     try:
         httpd.serve_forever(poll_interval=0.2)
     except Terminate:
@@ -813,6 +828,8 @@ def serve(args, state, unix=None):
     finally:
         # The listening socket closes first: new connections are refused from here on.
         httpd.server_close()
+    if head is not None and head.dead.is_set():
+        return head.died_while_serving()
     # --shutdown-timeout N (vLLM 0.33.0, entrypoints/launchers/launcher.py): "drain" lets the
     # requests in flight finish for up to N seconds; 0 ("abort", the default) drops them.
     timeout = _int_of(getattr(args, "shutdown_timeout", None), 0) or 0
@@ -829,6 +846,615 @@ def serve(args, state, unix=None):
     access_log("Application shutdown complete.")
     access_log("Finished server process [%d]" % PID)
     return 0
+
+
+# ---- a serving group: one model copy across hosts (--nnodes N > 1, multiprocessing, no Ray) --------------
+#
+# vLLM (v1, distributed_executor_backend "mp"): every host runs a MultiprocExecutor with TP x PP / N workers;
+# the workers of all hosts form one torch.distributed process group whose rendezvous is a TCPStore served by
+# the head's (rank 0's) first worker on --master-addr:--master-port (vllm/distributed/parallel_state.py,
+# init_distributed_environment: "if parallel_config.nnodes > 1: ip = parallel_config.master_addr, port =
+# parallel_config.master_port"). Only rank 0 runs an engine core and an API server; ranks 1..N-1 run
+# ``vllm serve --headless`` (vllm/entrypoints/cli/serve.py, run_headless: MultiprocExecutor(vllm_config,
+# monitor_workers=False) and its worker monitor inline). The simulator stands the TCPStore and the workers'
+# sockets in for all of that with one line protocol of its own (a test control, not vLLM's wire format):
+#
+#   rank -> head:  "fleet-vllm-sim-join node_rank=R nnodes=N mq=tcp://VLLM_HOST_IP:PORT\n"
+#   head -> rank:  "ok\n" (it joined; the connection stays open, silent, for the group's life)
+#                  "refused REASON\n" (and the head closes it): a rank out of 1..N-1, one that already
+#                  joined, an N that is not the head's
+#
+# An end of that connection is a member gone: the head's engine dies (exit 1), the rank's workers die (exit 1).
+
+JOIN_TIMEOUT_ENV = "FLEET_VLLM_SIM_JOIN_TIMEOUT"
+# How long the head waits for the ranks and a rank tries to reach the head: torch.distributed's default
+# process-group timeout, which vLLM keeps unless --distributed-timeout-seconds (0.33.0) says otherwise
+# (vllm/config/parallel.py, ParallelConfig.distributed_timeout_seconds: "If None, PyTorch's default timeout is
+# used (600s for NCCL)").
+JOIN_TIMEOUT_DEFAULT = 600.0
+# ``vllm serve --headless --node-rank 0`` waits this long for a front end (vllm/v1/engine/core.py,
+# HANDSHAKE_TIMEOUT_MINS = 5), or FLEET_VLLM_SIM_JOIN_TIMEOUT's seconds where that is set.
+HANDSHAKE_SECONDS = 300.0
+GROUP_HELLO = "fleet-vllm-sim-join"
+HELLO_SECONDS = 10.0  # what the head gives a connection to say its hello line (a probe that says nothing is dropped)
+# ParallelConfig's defaults (vllm/config/parallel.py): master_addr, master_port, data_parallel_rpc_port.
+MASTER_ADDR_DEFAULT = "127.0.0.1"
+MASTER_PORT_DEFAULT = 29501
+DP_RPC_PORT_DEFAULT = 29550
+
+
+def _seconds(text, default):
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return default
+    return value if value >= 0 else default
+
+
+class Group(object):
+    """This host's place in a serving group (--nnodes N > 1) and the group's shape."""
+
+    def __init__(self, args):
+        self.nnodes = int(args.nnodes)
+        self.node_rank = int(getattr(args, "node_rank", None) or 0)
+        self.master_addr = getattr(args, "master_addr", None) or MASTER_ADDR_DEFAULT
+        port = getattr(args, "master_port", None)
+        self.master_port = MASTER_PORT_DEFAULT if port is None else int(port)
+        self.headless = bool(getattr(args, "headless", False))
+        self.tp = _int_of(getattr(args, "tensor_parallel_size", None), 1) or 1
+        self.pp = _int_of(getattr(args, "pipeline_parallel_size", None), 1) or 1
+        # One model copy's workers (ParallelConfig.world_size: TP x PP) and a host's share of them
+        # (ParallelConfig.local_world_size: world_size // nnodes).
+        self.world_size = self.tp * self.pp
+        self.local_world_size = max(self.world_size // self.nnodes, 1)
+        bound = os.environ.get(JOIN_TIMEOUT_ENV)
+        if bound is None:
+            bound = _int_of(getattr(args, "distributed_timeout_seconds", None))
+        self.join_timeout = _seconds(bound, JOIN_TIMEOUT_DEFAULT)
+        self.dp_address = getattr(args, "data_parallel_address", None)
+        self.dp_rpc_port = getattr(args, "data_parallel_rpc_port", None)
+
+    def first_rank(self, node_rank=None):
+        """The global rank of a host's first worker (MultiprocExecutor: local_world_size x node_rank_within_dp)."""
+        return (self.node_rank if node_rank is None else node_rank) * self.local_world_size
+
+    def worker(self, rank):
+        """A worker's log name as vLLM decorates it: Worker_TP1, Worker_PP1, Worker_PP1_TP0."""
+        parts = (["PP%d" % (rank // self.tp)] if self.pp > 1 else []) + (["TP%d" % (rank % self.tp)] if self.tp > 1 else [])
+        return "_".join(["Worker"] + parts)
+
+    def assigned(self, rank):
+        """vLLM's parallel_state.py line for a worker's place in the group."""
+        return ("rank %d in world size %d is assigned as DP rank 0, PP rank %d, TP rank %d, EP rank %d"
+                % (rank, self.world_size, rank // self.tp, rank % self.tp, rank % self.tp))
+
+
+def serving_group(args):
+    """The Group of --nnodes N > 1, else None (a single host: everything as it always was)."""
+    nnodes = getattr(args, "nnodes", None)
+    if nnodes is None or nnodes <= 1:
+        return None
+    return Group(args)
+
+
+def parallel_config_error(args):
+    """vLLM's refusal of the multi-node settings, as the lines it ends with, or None. In vLLM's order:
+
+    1. vllm/engine/arg_utils.py, EngineArgs.create_engine_config (asserts, before ParallelConfig is built):
+       ``assert self.data_parallel_backend == "mp" or self.nnodes == 1``; with nnodes > 1, world_size =
+       data_parallel_size x pipeline_parallel_size x tensor_parallel_size and ``assert world_size % nnodes == 0``,
+       then ``assert self.node_rank < self.nnodes``;
+    2. vllm/config/parallel.py, ParallelConfig's fields: ``node_rank: int = Field(default=0, ge=0)``,
+       ``nnodes: int = Field(default=1, ge=1)`` (pydantic's ValidationError, every failing field);
+    3. vllm/config/parallel.py, ParallelConfig.__post_init__: "nnodes > 1 can only be set when distributed
+       executor backend is mp, uni or external_launcher." (--distributed-executor-backend ray).
+
+    vLLM does not refuse --headless on rank 0 (run_headless starts a data-parallel engine that waits for a front
+    end: see headless_engine) nor an API server on a rank above 0 (see follow)."""
+    nnodes = getattr(args, "nnodes", None)
+    nnodes = 1 if nnodes is None else nnodes
+    node_rank = getattr(args, "node_rank", None)
+    node_rank = 0 if node_rank is None else node_rank
+    if (getattr(args, "data_parallel_backend", None) or "mp") != "mp" and nnodes != 1:
+        return "AssertionError: nnodes > 1 is only supported with data_parallel_backend=mp"
+    if nnodes > 1:
+        world_size = ((_int_of(getattr(args, "data_parallel_size", None), 1) or 1)
+                      * (_int_of(getattr(args, "pipeline_parallel_size", None), 1) or 1)
+                      * (_int_of(getattr(args, "tensor_parallel_size", None), 1) or 1))
+        if world_size % nnodes:
+            return "AssertionError: world_size=%d must be divisible by nnodes=%d." % (world_size, nnodes)
+        if node_rank >= nnodes:
+            return "AssertionError: node_rank=%d must be less than nnodes=%d." % (node_rank, nnodes)
+    fields = [(name, value, bound) for name, value, bound in (("node_rank", node_rank, 0), ("nnodes", nnodes, 1))
+              if value < bound]
+    if fields:
+        lines = ["pydantic_core._pydantic_core.ValidationError: %d validation error%s for ParallelConfig"
+                 % (len(fields), "s" if len(fields) > 1 else "")]
+        for name, value, bound in fields:
+            lines += [name, "  Input should be greater than or equal to %d [type=greater_than_equal, input_value=%d, "
+                            "input_type=int]" % (bound, value)]
+        return "\n".join(lines)
+    backend = getattr(args, "distributed_executor_backend", None)
+    if nnodes > 1 and backend not in (None, "mp", "uni", "external_launcher"):
+        return ("pydantic_core._pydantic_core.ValidationError: 1 validation error for ParallelConfig\n"
+                "  Value error, nnodes > 1 can only be set when distributed executor backend is mp, uni or "
+                "external_launcher.")
+    return None
+
+
+def host_ip():
+    """vLLM's get_ip() (vllm/utils/network_utils.py): VLLM_HOST_IP, else the address of the interface a UDP
+    socket towards 8.8.8.8 would leave by (connect() on UDP sends nothing), else 0.0.0.0."""
+    address = os.environ.get("VLLM_HOST_IP")
+    if address:
+        return address
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("8.8.8.8", 80))
+            return probe.getsockname()[0]
+    except OSError:
+        sys.stderr.write("UserWarning: Failed to get the IP address, using 0.0.0.0 by default. The value can be set "
+                         "by the environment variable VLLM_HOST_IP or HOST_IP.\n")
+        return "0.0.0.0"
+
+
+def _keepalive(sock):
+    """TCP keepalive, so that a member whose host vanished (no FIN) is noticed within about 11 s."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", 5), ("TCP_KEEPINTVL", 2), ("TCP_KEEPCNT", 3)):
+        if hasattr(socket, name):
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
+            except OSError:
+                pass
+
+
+def _read_line(sock, limit=1024):
+    """One line from ``sock`` (without its newline), or None at its end or past ``limit`` bytes."""
+    data = b""
+    while b"\n" not in data:
+        chunk = sock.recv(256)
+        if not chunk or len(data) > limit:
+            return None
+        data += chunk
+    return data.split(b"\n", 1)[0].decode("utf-8", "replace").strip()
+
+
+def _peer(address):
+    host, port = address[0], address[1]
+    if host.startswith("::ffff:") and "." in host:
+        host = host[len("::ffff:"):]  # an IPv4 client of the dual-stack listener
+    return ("[%s]:%d" if ":" in host else "%s:%d") % (host, port)
+
+
+def _close(sock):
+    if sock is None:
+        return
+    try:
+        sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in recv() on it, sends the FIN
+    except OSError:
+        pass
+    sock.close()
+
+
+def _uv_name(exc):
+    import errno
+    return errno.errorcode.get(exc.errno, "UNKNOWN")
+
+
+def engine_start_failed(cause):
+    """The engine core's failed start and the API server's error after it (stderr, as vLLM ends one)."""
+    engine = "(EngineCore_DP0 pid=%d) " % (PID + 1)
+    sys.stderr.write("%sERROR %s [core.py:946] EngineCore failed to start.\n" % (engine, _stamp()))
+    sys.stderr.write(engine + cause + "\n")
+    sys.stderr.write("(APIServer pid=%d) RuntimeError: Engine core initialization failed. See root cause above. "
+                     "Failed core proc(s): {}\n" % PID)
+    sys.stderr.flush()
+
+
+WORKER_START_FAILED = ("Exception: WorkerProc initialization failed due to an exception in a background process. "
+                       "See stack trace for root cause.")
+
+
+class GroupHead(object):
+    """Rank 0 of a serving group: the TCPStore of --master-port (listening on every address, as torch's does:
+    torch/csrc/distributed/c10d/TCPStoreLibUvBackend.cpp, UvTcpServer::makeWithPort binds "::" and, when IPv6
+    fails, "0.0.0.0"), the ranks that joined, and the engine's death when one goes away."""
+
+    def __init__(self, group):
+        self.group = group
+        self.cond = threading.Condition()
+        self.members = {}  # node_rank: (socket, "host:port", its message queue's address)
+        self.listener = None
+        self.closing = False
+        self.dropped = None
+        self.dead = threading.Event()
+        self.callbacks = []
+
+    def form(self):
+        """Listen, then wait until N-1 ranks joined: True, or False after vLLM's failed start."""
+        group = self.group
+        worker = group.worker(0)
+        log("INFO", "multiproc_executor.py:135", "DP group leader: node_rank=0, node_rank_within_dp=0, master_addr=%s, "
+            "mq_connect_ip=%s (local), world_size=%d, local_world_size=%d"
+            % (group.master_addr, host_ip(), group.world_size, group.local_world_size), proc="EngineCore_DP0", pid=PID + 1)
+        failure = self.listen()
+        if failure is not None:
+            use_ipv6, exc = failure
+            prefix = "(%s pid=%d) " % (worker, PID + 2)
+            sys.stderr.write("%sERROR %s [multiproc_executor.py:772] WorkerProc failed to start.\n" % (prefix, _stamp()))
+            sys.stderr.write("%storch.distributed.DistNetworkError: The server socket has failed to bind. useIpv6: %s, "
+                             "code: %d, name: %s, message: %s\n"
+                             % (prefix, "true" if use_ipv6 else "false", -exc.errno, _uv_name(exc),
+                                (exc.strerror or "").lower()))
+            engine_start_failed(WORKER_START_FAILED)
+            return False
+        deadline = time.monotonic() + group.join_timeout
+        with self.cond:
+            while len(self.members) < group.nnodes - 1 and not self.dead.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.cond.wait(min(left, 0.5))
+            joined = len(self.members)
+        if self.dead.is_set():
+            self.failed_to_start()
+            return False
+        if joined < group.nnodes - 1:
+            # The TCPStore server's wait for its clients (torch/csrc/distributed/c10d/TCPStore.cpp): every worker
+            # of the group is a client, the head's own among them.
+            prefix = "(%s pid=%d) " % (worker, PID + 2)
+            sys.stderr.write("%sERROR %s [multiproc_executor.py:772] WorkerProc failed to start.\n" % (prefix, _stamp()))
+            sys.stderr.write("%storch.distributed.DistStoreError: Timed out after %d seconds waiting for clients. "
+                             "%d/%d clients joined.\n" % (prefix, int(group.join_timeout) + 1,
+                                                          group.local_world_size * (joined + 1), group.world_size))
+            engine_start_failed(WORKER_START_FAILED)
+            return False
+        log("INFO", "parallel_state.py:1165", group.assigned(0), proc=worker, pid=PID + 2)
+        return True
+
+    def listen(self):
+        """None, or (whether IPv6 was tried, the OSError) when neither bind works."""
+        failure = None
+        for family, host in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+            try:
+                sock = socket.socket(family, socket.SOCK_STREAM)
+            except OSError as exc:
+                failure = (family == socket.AF_INET6, exc)
+                continue
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as libuv's uv_tcp_bind sets it
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # dual stack: IPv4 clients too
+                sock.bind((host, self.group.master_port))
+                sock.listen(128)
+            except OSError as exc:
+                sock.close()
+                failure = (family == socket.AF_INET6, exc)
+                continue
+            sock.settimeout(0.2)
+            self.listener = sock
+            threading.Thread(target=self._accept, name="TCPStore", daemon=True).start()
+            return None
+        return failure
+
+    def _accept(self):
+        while not self.closing:
+            try:
+                conn, address = self.listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._greet, args=(conn, address), daemon=True).start()
+
+    def _greet(self, conn, address):
+        peer = _peer(address)
+        try:
+            conn.settimeout(HELLO_SECONDS)
+            line = _read_line(conn)
+        except OSError:
+            line = None
+        if not line:
+            conn.close()  # a probe of the port, not a rank: nothing said, nothing logged
+            return
+        fields = dict(part.split("=", 1) for part in line.split()[1:] if "=" in part)
+        nnodes = self.group.nnodes
+        rank = None
+        if line.split()[0] != GROUP_HELLO:
+            reason = "not a rank of a serving group (it said %r)" % line[:60]
+        elif fields.get("nnodes") != str(nnodes):
+            reason = "nnodes=%s, the head's is %d" % (fields.get("nnodes"), nnodes)
+        elif not re.match(r"^[0-9]+$", fields.get("node_rank", "")) or not 1 <= int(fields["node_rank"]) < nnodes:
+            reason = "node_rank=%s is not a rank the head waits for (1..%d)" % (fields.get("node_rank"), nnodes - 1)
+        else:
+            reason, rank = None, int(fields["node_rank"])
+        with self.cond:
+            if reason is None and self.closing:
+                reason = "the head is stopping"
+            if reason is None and rank in self.members:
+                reason = "node_rank=%d has already joined (from %s)" % (rank, self.members[rank][1])
+            if reason is None:
+                try:
+                    conn.sendall(b"ok\n")
+                except OSError:
+                    conn.close()
+                    return
+                self.members[rank] = (conn, peer, fields.get("mq", "-"))
+                joined = len(self.members)
+                self.cond.notify_all()
+        if reason is not None:
+            log("WARNING", "multiproc_executor.py:402", "Refused a rank of the serving group from %s: %s"
+                % (peer, reason), proc="EngineCore_DP0", pid=PID + 1)
+            try:
+                conn.sendall(("refused %s\n" % reason).encode("utf-8"))
+            except OSError:
+                pass
+            conn.close()
+            return
+        log("INFO", "multiproc_executor.py:398", "node_rank=%d joined the serving group from %s (workers %d-%d, message "
+            "queue %s); %d of %d remote nodes joined" % (rank, peer, self.group.first_rank(rank),
+                                                         self.group.first_rank(rank + 1) - 1, fields.get("mq", "-"),
+                                                         joined, nnodes - 1),
+            proc="EngineCore_DP0", pid=PID + 1)
+        _keepalive(conn)
+        conn.settimeout(None)
+        try:
+            while conn.recv(4096):
+                pass
+        except OSError:
+            pass
+        self._dropped(rank, peer)
+
+    def _dropped(self, rank, peer):
+        """A rank's connection ended: its workers are gone, and so is this engine (vLLM's worker monitor,
+        vllm/v1/executor/multiproc_executor.py MultiprocExecutor.start_worker_monitor: "Worker proc %s died
+        unexpectedly, shutting down executor."; here the head's first worker, whose collectives with the lost
+        rank fail, as gloo words it)."""
+        with self.cond:
+            if self.closing or self.dropped is not None:
+                return
+            self.dropped = (rank, peer)
+        worker = self.group.worker(0)
+        host, port = peer.rsplit(":", 1)
+        log("ERROR", "multiproc_executor.py:757", "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] "
+            "Connection closed by peer [%s]:%s (node_rank=%d of the serving group went away: test simulator)"
+            % (host.strip("[]"), port, rank), proc=worker, pid=PID + 2)
+        log("ERROR", "multiproc_executor.py:231", "Worker proc VllmWorker-0 died unexpectedly, shutting down executor.",
+            proc="EngineCore_DP0", pid=PID + 1)
+        with self.cond:
+            self.dead.set()
+            self.cond.notify_all()
+            callbacks, self.callbacks = self.callbacks, []
+        for callback in callbacks:
+            threading.Thread(target=callback, daemon=True).start()
+
+    def on_dead(self, callback):
+        """Call ``callback`` (in a thread of its own) once a rank went away."""
+        with self.cond:
+            if not self.dead.is_set():
+                self.callbacks.append(callback)
+                return
+        threading.Thread(target=callback, daemon=True).start()
+
+    def failed_to_start(self):
+        """A rank went away before the API server started: vLLM's failed engine start. Returns 1."""
+        engine_start_failed(WORKER_START_FAILED)
+        return 1
+
+    def died_while_serving(self):
+        """A rank went away while the API server served: the engine is dead, and vLLM's watchdog
+        (vllm/entrypoints/launcher.py, terminate_if_errored) stops the server. Returns 1, so that systemd's
+        Restart=on-failure restarts the unit."""
+        log("ERROR", "async_llm.py:546", "AsyncLLM output_handler failed.")
+        log("ERROR", "async_llm.py:546", "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. "
+            "See stack trace (above) for the root cause.")
+        access_log("Shutting down")
+        access_log("Waiting for application shutdown.")
+        access_log("Application shutdown complete.")
+        access_log("Finished server process [%d]" % PID)
+        return 1
+
+    def close(self):
+        with self.cond:
+            self.closing = True
+            members = [entry[0] for entry in self.members.values()]
+        if self.listener is not None:
+            self.listener.close()
+        for conn in members:
+            _close(conn)
+
+
+class GroupMember(object):
+    """A rank 1..N-1 of a serving group: its first worker's message-queue socket, bound on VLLM_HOST_IP at a port of
+    the system's choice (vllm/distributed/device_communicators/shm_broadcast.py, MessageQueue: remote readers are
+    served on ``tcp://{get_ip()}:{port}``), and its connection to the head. ``monitor``: the log name of the process
+    whose worker monitor reports a dead worker (None: the main process of ``vllm serve --headless``)."""
+
+    def __init__(self, group, monitor=None):
+        self.group = group
+        self.rank = group.first_rank()
+        self.proc = group.worker(self.rank)
+        self.prefix = "(%s pid=%d) " % (self.proc, PID + 2)
+        self.monitor = monitor
+        self.queue = None
+        self.address = None
+        self.conn = None
+        self.closing = False
+        self.dead = threading.Event()
+
+    def bind_queue(self):
+        host = host_ip()
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.bind((host, 0))
+            sock.listen(16)
+        except OSError as exc:
+            sock.close()
+            sys.stderr.write("%sERROR %s [multiproc_executor.py:772] WorkerProc failed to start.\n" % (self.prefix, _stamp()))
+            sys.stderr.write("%szmq.error.ZMQError: %s (addr='tcp://%s')\n"
+                             % (self.prefix, exc.strerror, ("[%s]" if family == socket.AF_INET6 else "%s") % host))
+            return False
+        self.queue = sock
+        port = sock.getsockname()[1]
+        self.address = ("tcp://[%s]:%d" if family == socket.AF_INET6 else "tcp://%s:%d") % (host, port)
+        log("INFO", "shm_broadcast.py:313", "vLLM message queue communication handle: Handle(local_reader_ranks=[], "
+            "buffer_handle=None, local_subscribe_addr=None, remote_subscribe_addr='%s', remote_addr_ipv6=%s)"
+            % (self.address, family == socket.AF_INET6), proc=self.proc, pid=PID + 2)
+        return True
+
+    def join(self):
+        """Connect to the head (again every second, up to the join bound), say hello: True once it answered ok."""
+        group = self.group
+        deadline = time.monotonic() + group.join_timeout
+        warned = False
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                conn = socket.create_connection((group.master_addr, group.master_port), timeout=max(min(left, 5.0), 0.1))
+                break
+            except OSError as exc:
+                if not warned:
+                    # torch's c10d client, which retries until its timeout (torch/csrc/distributed/c10d/socket.cpp)
+                    sys.stderr.write("%s[W%s socket.cpp:755] [c10d] The client socket has failed to connect to [%s]:%d "
+                                     "(errno: %s - %s).\n" % (self.prefix, time.strftime("%m%d %H:%M:%S"),
+                                                              group.master_addr, group.master_port, exc.errno or 0,
+                                                              exc.strerror or exc))
+                    sys.stderr.flush()
+                    warned = True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    sys.stderr.write("%sERROR %s [multiproc_executor.py:772] WorkerProc failed to start.\n"
+                                     % (self.prefix, _stamp()))
+                    sys.stderr.write("%storch.distributed.DistNetworkError: The client socket has timed out after %dms "
+                                     "while trying to connect to (%s, %d).\n"
+                                     % (self.prefix, int(group.join_timeout * 1000), group.master_addr, group.master_port))
+                    return False
+                time.sleep(min(1.0, left))
+        hello = "%s node_rank=%d nnodes=%d mq=%s\n" % (GROUP_HELLO, group.node_rank, group.nnodes, self.address)
+        try:
+            conn.settimeout(HELLO_SECONDS)
+            conn.sendall(hello.encode("utf-8"))
+            reply = _read_line(conn)
+        except OSError:
+            reply = None
+        if reply != "ok":
+            conn.close()
+            reason = reply[len("refused "):] if reply and reply.startswith("refused ") else "no answer to its hello"
+            sys.stderr.write("%sERROR %s [multiproc_executor.py:772] WorkerProc failed to start.\n" % (self.prefix, _stamp()))
+            sys.stderr.write("%sRuntimeError: the head of the serving group at %s:%d refused node_rank=%d: %s "
+                             "(test simulator)\n" % (self.prefix, group.master_addr, group.master_port, group.node_rank,
+                                                     reason))
+            return False
+        _keepalive(conn)
+        conn.settimeout(None)
+        self.conn = conn
+        log("INFO", "parallel_state.py:1165", group.assigned(self.rank), proc=self.proc, pid=PID + 2)
+        threading.Thread(target=self._watch, name="MultiprocWorkerMonitor", daemon=True).start()
+        return True
+
+    def _watch(self):
+        try:
+            while self.conn.recv(4096):
+                pass
+        except OSError:
+            pass
+        if self.closing:
+            return
+        group = self.group
+        # The worker's next exchange with the head fails (torch's TCPStore client, torch/csrc/distributed/c10d/
+        # Utils.hpp recvBytes), the worker dies, the executor's monitor says so.
+        log("ERROR", "multiproc_executor.py:757", "torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. "
+            "Connection was likely closed. Did the remote server shutdown or crash? (the head of the serving group, "
+            "%s:%d, went away: test simulator)" % (group.master_addr, group.master_port), proc=self.proc, pid=PID + 2)
+        log("ERROR", "multiproc_executor.py:231", "Worker proc VllmWorker-%d died unexpectedly, shutting down executor."
+            % self.rank, proc=self.monitor, pid=PID + 1)
+        self.dead.set()
+
+    def close(self):
+        self.closing = True
+        _close(self.conn)
+        if self.queue is not None:
+            self.queue.close()
+
+
+def run_headless(args, model, group):
+    """``vllm serve --headless`` with --nnodes N > 1 (vllm/entrypoints/cli/serve.py, run_headless): the engine's
+    config and its checks (create_engine_config(headless=True)), then, on a rank above 0, the workers of a
+    MultiprocExecutor that join the head: no API server, no --uds socket. SIGTERM: exit 0; the head gone: exit 1."""
+    try:
+        if engine_config(args, model, "") is None:
+            return 1
+        if group.node_rank == 0:
+            return headless_engine(group)
+        log("INFO", "serve.py:253", "Launching vLLM (v%s) headless multiproc executor, with head node address %s:%d for "
+            "torch.distributed process group." % (__version__, group.master_addr, group.master_port), proc=None)
+        member = GroupMember(group, monitor=None)
+        try:
+            if not member.bind_queue() or not member.join():
+                return 1
+            delay = float(os.environ.get(LOAD_SECONDS_ENV) or 2)
+            log("INFO", "gpu_model_runner.py:3561", "Starting to load model %s..." % model, proc=member.proc, pid=PID + 2)
+            if member.dead.wait(max(delay, 0)):
+                return 1
+            if os.environ.get(FAULT_ENV) == "exit":
+                log("ERROR", "multiproc_executor.py:772", "WorkerProc failed to start: CUDA out of memory while loading "
+                    "the weights (fault %s=exit of the test simulator)" % FAULT_ENV, proc=member.proc, pid=PID + 2)
+                return 1
+            log("INFO", "default_loader.py:291", "Loading weights took %.2f seconds" % delay, proc=member.proc, pid=PID + 2)
+            segment = open_shm_segment()
+            if segment is None:
+                return 1
+            try:
+                while not member.dead.wait(0.5):
+                    pass
+                return 1
+            finally:
+                close_shm_segment(segment)
+        finally:
+            member.close()
+    except Terminate:
+        return 0
+
+
+def headless_engine(group):
+    """``vllm serve --headless --node-rank 0``: vLLM takes it for a headless data-parallel engine (run_headless,
+    node_rank_within_dp 0), which waits for a front end that a serving group never starts, then fails
+    (vllm/v1/engine/core.py: HANDSHAKE_TIMEOUT_MINS = 5)."""
+    address = "tcp://%s:%d" % (group.dp_address or group.master_addr,
+                               DP_RPC_PORT_DEFAULT if group.dp_rpc_port is None else group.dp_rpc_port)
+    log("INFO", "serve.py:277", "Launching 1 data parallel engine(s) in headless mode, with head node address %s."
+        % address, proc=None)
+    bound = os.environ.get(JOIN_TIMEOUT_ENV)
+    time.sleep(_seconds(bound, HANDSHAKE_SECONDS) if bound is not None else HANDSHAKE_SECONDS)
+    engine = "(EngineCore_DP0 pid=%d) " % (PID + 1)
+    sys.stderr.write("%sERROR %s [core.py:946] EngineCore failed to start.\n" % (engine, _stamp()))
+    sys.stderr.write("%sRuntimeError: Did not receive response from front-end process within 5 minutes\n" % engine)
+    return 1
+
+
+def follow(model, group):
+    """An API server on a rank above 0 (``python -m vllm.entrypoints.openai.api_server --node-rank 1``, whose
+    --headless does nothing, or ``vllm serve`` without --headless): its workers join the group and load, then
+    the engine core's first call to them fails, as only the leader's executor may make one
+    (vllm/v1/executor/multiproc_executor.py, MultiprocExecutor.collective_rpc: ``assert self.rpc_broadcast_mq is
+    not None, "collective_rpc should not be called on follower node"``). Exit 1; the head sees the rank go."""
+    member = GroupMember(group, monitor="EngineCore_DP0")
+    try:
+        if not member.bind_queue() or not member.join():
+            engine_start_failed(WORKER_START_FAILED)
+            return 1
+        delay = float(os.environ.get(LOAD_SECONDS_ENV) or 2)
+        log("INFO", "gpu_model_runner.py:3561", "Starting to load model %s..." % model, proc=member.proc, pid=PID + 2)
+        if member.dead.wait(max(delay, 0)):
+            engine_start_failed(WORKER_START_FAILED)
+            return 1
+        log("INFO", "default_loader.py:291", "Loading weights took %.2f seconds" % delay, proc=member.proc, pid=PID + 2)
+        engine_start_failed("AssertionError: collective_rpc should not be called on follower node")
+        return 1
+    finally:
+        member.close()
 
 
 # ---- main ----------------------------------------------------------------------------------
@@ -850,16 +1476,22 @@ def main(argv=None, top_level=False):
         sys.stderr.write("TypeError: %s\n" % exc)
         return 1
     try:
-        return run(args)
+        return run(args, top_level)
     except Terminate:
         access_log("Shutting down")
         return 0
 
 
-def run(args):
+def run(args, top_level=False):
     model = getattr(args, "model_tag", None) or getattr(args, "model", None) or "Qwen/Qwen3-0.6B"
     args.model = model
     served = [name for name in _listify(getattr(args, "served_model_name", None)) if name] or [model]
+    group = serving_group(args)
+    if group is not None and top_level and group.headless:
+        # ``vllm serve --headless`` (vllm/entrypoints/cli/serve.py, ServeSubcommand.cmd: run_headless):
+        # no API server. ``python -m vllm.entrypoints.openai.api_server`` has no such branch (its
+        # __main__ always calls run_server), so there --headless changes nothing.
+        return run_headless(args, model, group)
     log("INFO", "api_server.py:1272", "vLLM API server version %s" % __version__)
     log("INFO", "utils.py:267", "non-default args: %s" % non_default_args(args))
     unix = None
@@ -870,53 +1502,76 @@ def run(args):
         if unix is None:
             return 1
     try:
-        return start(args, model, served, unix)
+        return start(args, model, served, unix, group)
     finally:
         if unix is not None:
             unix.server_close()
 
 
-def start(args, model, served, unix):
-    """The engine's start after the socket of --uds is bound: the model, the GPU, the load, then serve."""
+def engine_config(args, model, api):
+    """What the simulator imitates of vLLM's EngineArgs.create_engine_config: the model, the KV-cache
+    dtype, the multi-node checks, the device. ``api`` prefixes the error lines: the API server's
+    ``(APIServer pid=N) ``, or "" in the main process of ``vllm serve --headless`` (no API server).
+    Returns a dict, or None after vLLM's error (to stderr)."""
+    proc = "APIServer" if api else None
     try:
         config, hf_quant = read_model(model)
     except (ValueError, support_rules.VllmSupportError) as exc:
-        sys.stderr.write("(APIServer pid=%d) ValueError: %s\n" % (PID, exc))
-        return 1
+        sys.stderr.write("%sValueError: %s\n" % (api, exc))
+        return None
     described = support_rules.describe_model(config)
     requested = getattr(args, "kv_cache_dtype", None) or "auto"
     try:
         cache_config.validate_cache_dtype(requested)
     except ValueError as exc:  # pydantic's ValidationError around CacheConfig's ValueError, in vLLM
-        sys.stderr.write("(APIServer pid=%d) pydantic_core._pydantic_core.ValidationError: 1 validation error for "
-                         "CacheConfig\ncache_dtype\n  Value error, %s\n" % (PID, exc))
-        return 1
+        sys.stderr.write("%spydantic_core._pydantic_core.ValidationError: 1 validation error for "
+                         "CacheConfig\ncache_dtype\n  Value error, %s\n" % (api, exc))
+        return None
     try:
         kv_cache_dtype = kv_rules.resolve_kv_cache_dtype(config, hf_quant, requested, vllm_version=__version__)
     except kv_rules.QuantConfigError as exc:
-        sys.stderr.write("(APIServer pid=%d) ValueError: %s\n" % (PID, exc))
-        return 1
+        sys.stderr.write("%sValueError: %s\n" % (api, exc))
+        return None
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     max_model_len = _int_of(getattr(args, "max_model_len", None)) or int(text.get("max_position_embeddings") or 8192)
     architectures = config.get("architectures") or ["(unknown)"]
-    log("INFO", "model.py:530", "Resolved architecture: %s" % architectures[0])
-    log("INFO", "model.py:1545", "Using max model len %d" % max_model_len)
+    log("INFO", "model.py:530", "Resolved architecture: %s" % architectures[0], proc=proc)
+    log("INFO", "model.py:1545", "Using max model len %d" % max_model_len, proc=proc)
     if kv_cache_dtype.startswith("fp8"):
         log("INFO", "cache.py:199", "Using fp8 data type to store kv cache. It reduces the GPU memory footprint and "
                                     "boosts the performance. Meanwhile, it may cause accuracy drop without a proper "
-                                    "scaling factor.")
+                                    "scaling factor.", proc=proc)
+    refused = parallel_config_error(args)
+    if refused is not None:
+        sys.stderr.write("".join("%s%s\n" % (api, line) for line in refused.splitlines()))
+        return None
     capability = compute_capability()
     if capability is None:
-        sys.stderr.write("(APIServer pid=%d) RuntimeError: Failed to infer device type, please set the environment "
-                         "variable `VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to help debug the issue.\n" % PID)
+        sys.stderr.write("%sRuntimeError: Failed to infer device type, please set the environment "
+                         "variable `VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to help debug the issue.\n" % api)
+        return None
+    return dict(config=config, hf_quant=hf_quant, described=described, kv_cache_dtype=kv_cache_dtype,
+                max_model_len=max_model_len, capability=capability)
+
+
+def start(args, model, served, unix, group=None):
+    """The engine's start after the socket of --uds is bound: the model, the GPU, the serving group's
+    rendezvous (``group``, --nnodes > 1), the load, then serve."""
+    engine = engine_config(args, model, "(APIServer pid=%d) " % PID)
+    if engine is None:
         return 1
+    config, hf_quant, described = engine["config"], engine["hf_quant"], engine["described"]
+    kv_cache_dtype, max_model_len, capability = engine["kv_cache_dtype"], engine["max_model_len"], engine["capability"]
     tp = _int_of(getattr(args, "tensor_parallel_size", None), 1) or 1
     quant = kv_rules.effective_quant_config(config, hf_quant) or {}
+    # vLLM's line always has pipeline_parallel_size; the simulator's has it in a serving group only, so
+    # that the single-host line stays what it always was.
+    pipeline = "" if group is None else "pipeline_parallel_size=%d, " % group.pp
     log("INFO", "core.py:97", "Initializing a V1 LLM engine (v%s) with config: model='%s', tokenizer='%s', "
-        "trust_remote_code=%s, dtype=torch.%s, max_seq_len=%d, tensor_parallel_size=%d, quantization=%s, "
+        "trust_remote_code=%s, dtype=torch.%s, max_seq_len=%d, tensor_parallel_size=%d, %squantization=%s, "
         "kv_cache_dtype=%s, device_config=cuda, served_model_name=%s"
         % (__version__, model, model, bool(getattr(args, "trust_remote_code", False)), described["dtype"],
-           max_model_len, tp, quant.get("quant_method") or None, kv_cache_dtype, ", ".join(served)),
+           max_model_len, tp, pipeline, quant.get("quant_method") or None, kv_cache_dtype, ", ".join(served)),
         proc="EngineCore_DP0", pid=PID + 1)
     if described["attention_kind"] == "mla":
         reasons, ok = backend_reasons(kv_cache_dtype, capability)
@@ -928,9 +1583,28 @@ def start(args, model, served, unix):
         chosen = [name for name, why in reasons.items() if not why]
         log("INFO", "cuda.py:351", "Using %s attention backend out of potential backends: %s" % (chosen[0], chosen),
             proc="Worker_TP0", pid=PID + 2)
+    if group is not None and group.node_rank > 0:
+        return follow(model, group)
+    head = None
+    try:
+        if group is not None:
+            head = GroupHead(group)
+            if not head.form():
+                return 1
+        return load_and_serve(args, model, served, unix, max_model_len, kv_cache_dtype, head)
+    finally:
+        if head is not None:
+            head.close()
+
+
+def load_and_serve(args, model, served, unix, max_model_len, kv_cache_dtype, head=None):
+    """The load (FLEET_VLLM_SIM_LOAD_SECONDS), the shared-memory segment, then serve."""
     delay = float(os.environ.get(LOAD_SECONDS_ENV) or 2)
     log("INFO", "gpu_model_runner.py:3561", "Starting to load model %s..." % model, proc="Worker_TP0", pid=PID + 2)
-    time.sleep(max(delay, 0))
+    if head is None:
+        time.sleep(max(delay, 0))
+    elif head.dead.wait(max(delay, 0)):
+        return head.failed_to_start()
     if os.environ.get(FAULT_ENV) == "exit":
         log("ERROR", "core.py:708", "EngineCore failed to start: CUDA out of memory while loading the weights (fault %s=exit "
             "of the test simulator)" % FAULT_ENV, proc="EngineCore_DP0", pid=PID + 1)
@@ -944,6 +1618,6 @@ def start(args, model, served, unix):
     if segment is None:
         return 1
     try:
-        return serve(args, state, unix)
+        return serve(args, state, unix, head)
     finally:
         close_shm_segment(segment)

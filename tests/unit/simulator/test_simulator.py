@@ -755,3 +755,299 @@ def test_collection_probe_says_which_builds_have_shutdown_timeout(build, old_ven
                           capture_output=True, text=True, env=sim_env(), timeout=30, check=False)
     answer = json.loads(proc.stdout)
     assert answer["server_flags"] == {"--shutdown-timeout": build == "new", "--no-such-flag": False}
+
+
+# ---- a serving group: one model copy across hosts (--nnodes > 1), on loopback ------------------------
+
+
+GROUP_MODEL = FIXTURES / "models" / "bf16-kv"
+
+
+def group_env(shm, **extra):
+    """A serving group's environment: no load time, short join bounds, the workers' sockets on loopback."""
+    env = {"FLEET_VLLM_SIM_LOAD_SECONDS": "0", "FLEET_VLLM_SIM_JOIN_TIMEOUT": "20", "VLLM_HOST_IP": "127.0.0.1",
+           "FLEET_VLLM_SIM_SHM_DIR": str(shm)}
+    env.update(extra)
+    return env
+
+
+def group_args(master_port, node_rank, nnodes=2, extra=()):
+    return ["--nnodes", str(nnodes), "--node-rank", str(node_rank), "--master-addr", "127.0.0.1",
+            "--master-port", str(master_port), "--tensor-parallel-size", "2"] + list(extra)
+
+
+def start_rank(venv, master_port, shm, node_rank=1, args=(), **env):
+    """A headless rank, as vLLM starts one: ``vllm serve MODEL --headless --nnodes ... --node-rank R``."""
+    return subprocess.Popen([str(venv / "bin" / "vllm"), "serve", str(GROUP_MODEL), "--headless"]
+                            + group_args(master_port, node_rank) + list(args),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=sim_env(**group_env(shm, **env)), cwd=str(venv))
+
+
+class Output(object):
+    """A running process's stdout, read line by line in a thread, so that a test can wait for a line."""
+
+    def __init__(self, proc):
+        self.proc = proc
+        self.lines = []
+        self.done = False
+        self.cond = threading.Condition()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        try:
+            for line in self.proc.stdout:
+                with self.cond:
+                    self.lines.append(line)
+                    self.cond.notify_all()
+        finally:
+            with self.cond:
+                self.done = True
+                self.cond.notify_all()
+
+    def wait_for(self, pattern, timeout=20):
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for line in self.lines:
+                    found = re.search(pattern, line)
+                    if found:
+                        return found
+                left = deadline - time.monotonic()
+                if left <= 0 or self.done:
+                    raise AssertionError("no line %r in %s" % (pattern, "".join(self.lines)))
+                self.cond.wait(left)
+
+    def text(self):
+        self.thread.join(timeout=30)
+        return "".join(self.lines)
+
+
+def listening(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except OSError:
+        return False
+    return True
+
+
+def hello(port, line):
+    """What the head of a serving group answers a hello line on its master port."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(line.encode("utf-8"))
+        return conn.makefile("r").readline().strip()
+
+
+def stop_all(*procs):
+    for proc in procs:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=60)
+
+
+def test_a_serving_groups_head_serves_once_its_rank_joined_and_dies_with_it(new_venv, tmp_path):
+    """Rank 0 listens on --master-port and is not ready (its API port refuses) until rank 1 said hello; a hello
+    with a rank out of range, or a second rank 1, is refused and logged, the group serves on; a SIGKILL of the
+    rank kills the head's engine within seconds, exit 1, in vLLM's words."""
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    master = free_port()
+    head = Server(new_venv, GROUP_MODEL, group_args(master, 0), **group_env(shm))
+    rank = None
+    try:
+        deadline = time.monotonic() + 20
+        while not listening(master):
+            assert head.proc.poll() is None, head.proc.communicate()
+            assert time.monotonic() < deadline, "the head does not listen on its master port"
+            time.sleep(0.1)
+        assert hello(master, "fleet-vllm-sim-join node_rank=7 nnodes=2 mq=-\n") == (
+            "refused node_rank=7 is not a rank the head waits for (1..1)")
+        assert hello(master, "fleet-vllm-sim-join node_rank=1 nnodes=3 mq=-\n") == "refused nnodes=3, the head's is 2"
+        time.sleep(1)
+        with pytest.raises(ConnectionRefusedError):
+            head.request("GET", "/health")
+        assert head.proc.poll() is None, "the head waits for its rank"
+        rank = start_rank(new_venv, master, shm)
+        head.wait_ready()
+        assert rank.poll() is None
+        deadline = time.monotonic() + 10
+        while len(list(shm.iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len([p for p in shm.iterdir() if re.fullmatch(r"psm_[0-9a-f]{8}", p.name)]) == 2, "the head's and the rank's"
+        second = subprocess.run([str(new_venv / "bin" / "vllm"), "serve", str(GROUP_MODEL), "--headless"]
+                                + group_args(master, 1), capture_output=True, text=True, timeout=60,
+                                env=sim_env(**group_env(shm)), cwd=str(new_venv), check=False)
+        assert second.returncode == 1, second
+        assert re.search(r"^\(Worker_TP1 pid=\d+\) RuntimeError: the head of the serving group at 127\.0\.0\.1:%d refused "
+                         r"node_rank=1: node_rank=1 has already joined \(from 127\.0\.0\.1:\d+\)" % master,
+                         second.stderr, re.M), second.stderr
+        assert head.request("GET", "/health")[0] == 200
+        rank.kill()
+        rank.communicate(timeout=60)
+        killed = time.monotonic()
+        out, err = head.proc.communicate(timeout=30)
+        assert time.monotonic() - killed < 5, "the head must notice a dead rank within seconds"
+    finally:
+        stop_all(rank, head.proc)
+    assert head.proc.returncode == 1, err
+    assert "tensor_parallel_size=2, pipeline_parallel_size=1, quantization=" in out
+    assert "DP group leader: node_rank=0, node_rank_within_dp=0, master_addr=127.0.0.1, mq_connect_ip=127.0.0.1 (local), " \
+           "world_size=2, local_world_size=1" in out
+    refusals = re.findall(r"^\(EngineCore_DP0 pid=\d+\) WARNING \S+ \S+ \[multiproc_executor\.py:\d+\] Refused a rank of "
+                          r"the serving group from 127\.0\.0\.1:\d+: (.*)$", out, re.M)
+    assert refusals == ["node_rank=7 is not a rank the head waits for (1..1)", "nnodes=3, the head's is 2",
+                        refusals[2]] and refusals[2].startswith("node_rank=1 has already joined"), refusals
+    joined = re.search(r"^\(EngineCore_DP0 pid=\d+\) INFO \S+ \S+ \[multiproc_executor\.py:\d+\] node_rank=1 joined the "
+                       r"serving group from 127\.0\.0\.1:\d+ \(workers 1-1, message queue tcp://127\.0\.0\.1:\d+\); 1 of 1 "
+                       r"remote nodes joined$", out, re.M)
+    assert joined and joined.start() < out.index("Starting to load model") < out.index("Starting vLLM API server"), out
+    assert re.search(r"^\(EngineCore_DP0 pid=\d+\) ERROR \S+ \S+ \[multiproc_executor\.py:\d+\] Worker proc VllmWorker-0 "
+                     r"died unexpectedly, shutting down executor\.$", out, re.M), out
+    assert re.search(r"^\(APIServer pid=\d+\) ERROR \S+ \S+ \[async_llm\.py:\d+\] vllm\.v1\.engine\.exceptions\.EngineDeadError: "
+                     r"EngineCore encountered an issue\. See stack trace \(above\) for the root cause\.$", out, re.M), out
+    assert out.rstrip().endswith("Finished server process [%d]" % head.proc.pid)
+
+
+def test_a_headless_rank_serves_nothing_and_goes_when_its_head_goes(new_venv, tmp_path):
+    """``vllm serve --headless --node-rank 1``: no API server (neither its --uds nor its --port), its workers' socket on
+    VLLM_HOST_IP at a port of the system's choice; the head's SIGTERM (exit 0) ends it, exit 1, with vLLM's worker error;
+    its shared-memory segment is gone."""
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    master, rank_port = free_port(), free_port()
+    uds = tmp_path / "rank.sock"
+    head = Server(new_venv, GROUP_MODEL, group_args(master, 0), **group_env(shm))
+    rank = start_rank(new_venv, master, shm, args=["--uds", str(uds), "--port", str(rank_port)])
+    lines = Output(rank)
+    try:
+        head.wait_ready()
+        queue = lines.wait_for(r"^\(Worker_TP1 pid=\d+\) INFO \S+ \S+ \[shm_broadcast\.py:\d+\] vLLM message queue "
+                               r"communication handle: Handle\(local_reader_ranks=\[\], buffer_handle=None, "
+                               r"local_subscribe_addr=None, remote_subscribe_addr='tcp://127\.0\.0\.1:(\d+)', "
+                               r"remote_addr_ipv6=False\)$")
+        assert listening(int(queue.group(1))), "the rank's workers listen on VLLM_HOST_IP"
+        lines.wait_for(r"\[default_loader\.py:\d+\] Loading weights took")
+        assert not uds.exists() and not listening(rank_port), "a headless rank has no API server"
+        assert rank.poll() is None
+        rc, out, err = head.stop()
+        stopped = time.monotonic()
+        rank.wait(timeout=30)
+        assert time.monotonic() - stopped < 5, "the rank must notice its head's end within seconds"
+    finally:
+        stop_all(rank, head.proc)
+    assert rc == 0, err
+    text, errors = lines.text(), rank.stderr.read()
+    assert rank.returncode == 1, errors
+    assert re.search(r"^INFO \S+ \S+ \[serve\.py:\d+\] Launching vLLM \(v%s\) headless multiproc executor, with head node "
+                     r"address 127\.0\.0\.1:%d for torch\.distributed process group\.$" % (re.escape(NEW), master), text, re.M)
+    assert "rank 1 in world size 2 is assigned as DP rank 0, PP rank 0, TP rank 1, EP rank 1" in text
+    assert "vLLM API server version" not in text and "(APIServer" not in text, "no API server in a headless rank"
+    assert re.search(r"^\(Worker_TP1 pid=\d+\) ERROR \S+ \S+ \[multiproc_executor\.py:\d+\] torch\.distributed\."
+                     r"DistNetworkError: Failed to recv, got 0 bytes\. Connection was likely closed\. Did the remote server "
+                     r"shutdown or crash\?", text, re.M), text
+    assert re.search(r"^ERROR \S+ \S+ \[multiproc_executor\.py:\d+\] Worker proc VllmWorker-1 died unexpectedly, shutting "
+                     r"down executor\.$", text, re.M), text
+    assert list(shm.iterdir()) == [], "both removed their segments"
+
+
+def test_a_headless_rank_stops_with_exit_0_on_sigterm_and_its_head_dies(new_venv, tmp_path):
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    master = free_port()
+    head = Server(new_venv, GROUP_MODEL, group_args(master, 0), **group_env(shm))
+    rank = start_rank(new_venv, master, shm)
+    try:
+        head.wait_ready()
+        time.sleep(0.5)
+        rank.send_signal(signal.SIGTERM)
+        out, err = rank.communicate(timeout=30)
+        dummy, head_err = head.proc.communicate(timeout=30)
+    finally:
+        stop_all(rank, head.proc)
+    assert rank.returncode == 0, err
+    assert "died unexpectedly" not in out
+    assert head.proc.returncode == 1, head_err
+    assert list(shm.iterdir()) == []
+
+
+@pytest.mark.parametrize("entry, args, message", [
+    ("api", ["--node-rank", "2"], "(APIServer pid=PID) AssertionError: node_rank=2 must be less than nnodes=2."),
+    ("serve", ["--node-rank", "2", "--headless"], "AssertionError: node_rank=2 must be less than nnodes=2."),
+    ("api", ["--tensor-parallel-size", "3"], "(APIServer pid=PID) AssertionError: world_size=3 must be divisible by nnodes=2."),
+    ("api", ["--tensor-parallel-size", "2", "--data-parallel-size", "3", "--nnodes", "4"],
+     "(APIServer pid=PID) AssertionError: world_size=6 must be divisible by nnodes=4."),
+    ("api", ["--node-rank", "-1"], "(APIServer pid=PID) pydantic_core._pydantic_core.ValidationError: 1 validation error "
+     "for ParallelConfig\n(APIServer pid=PID) node_rank\n(APIServer pid=PID)   Input should be greater than or equal to 0 "
+     "[type=greater_than_equal, input_value=-1, input_type=int]"),
+    ("api", ["--distributed-executor-backend", "ray"], "(APIServer pid=PID) pydantic_core._pydantic_core.ValidationError: "
+     "1 validation error for ParallelConfig\n(APIServer pid=PID)   Value error, nnodes > 1 can only be set when "
+     "distributed executor backend is mp, uni or external_launcher."),
+], ids=["rank-out-of-range", "headless-rank-out-of-range", "world-not-divisible", "dp-counts", "negative-rank", "ray"])
+def test_vllms_refusals_of_a_serving_groups_flags(new_venv, entry, args, message):
+    base = ["--nnodes", "2", "--tensor-parallel-size", "2"]
+    if entry == "api":
+        result = run(new_venv, [str(GROUP_MODEL)] + base + args)
+    else:
+        result = subprocess.run([str(new_venv / "bin" / "vllm"), "serve", str(GROUP_MODEL)] + base + args,
+                                capture_output=True, text=True, env=sim_env(), timeout=30, check=False)
+    assert result.returncode == 1, result
+    errors = re.sub(r"pid=\d+", "pid=PID", result.stderr)
+    assert errors.endswith(message + "\n"), errors
+    assert "Starting to load model" not in result.stdout
+
+
+def test_a_serving_groups_join_bounds_and_the_starts_vllm_cannot_serve(new_venv, tmp_path):
+    """FLEET_VLLM_SIM_JOIN_TIMEOUT bounds the head's wait for its ranks (torch's TCPStore error) and a rank's tries to
+    reach its head (torch's client error); ``vllm serve --headless --node-rank 0`` waits for a front end and fails as
+    vLLM's headless data-parallel engine does; an API server on rank 1 (``python -m ...api_server --headless``, whose
+    --headless vLLM ignores) joins, loads, and fails at the engine's first call, and its head dies with it."""
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    master = free_port()
+    env = sim_env(**group_env(shm, FLEET_VLLM_SIM_JOIN_TIMEOUT="1"))
+    started = time.monotonic()
+    alone = subprocess.run([str(new_venv / "bin" / "python")] + API + [str(GROUP_MODEL), "--port", str(free_port())]
+                           + group_args(master, 0), capture_output=True, text=True, env=env, timeout=60,
+                           cwd=str(new_venv), check=False)
+    assert alone.returncode == 1 and time.monotonic() - started < 15, alone
+    assert re.search(r"^\(Worker_TP0 pid=\d+\) torch\.distributed\.DistStoreError: Timed out after 2 seconds waiting for "
+                     r"clients\. 1/2 clients joined\.$", alone.stderr, re.M), alone.stderr
+    assert alone.stderr.splitlines()[-1].endswith(
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}")
+    assert "Starting vLLM API server" not in alone.stdout
+    lost = subprocess.run([str(new_venv / "bin" / "vllm"), "serve", str(GROUP_MODEL), "--headless"] + group_args(master, 1),
+                          capture_output=True, text=True, env=env, timeout=60, cwd=str(new_venv), check=False)
+    assert lost.returncode == 1, lost
+    assert lost.stderr.splitlines()[-1].endswith(
+        "torch.distributed.DistNetworkError: The client socket has timed out after 1000ms while trying to connect to "
+        "(127.0.0.1, %d)." % master), lost.stderr
+    headless_head = subprocess.run([str(new_venv / "bin" / "vllm"), "serve", str(GROUP_MODEL), "--headless"]
+                                   + group_args(master, 0), capture_output=True, text=True, env=env, timeout=60,
+                                   cwd=str(new_venv), check=False)
+    assert headless_head.returncode == 1, headless_head
+    assert "Launching 1 data parallel engine(s) in headless mode, with head node address tcp://127.0.0.1:29550." \
+        in headless_head.stdout
+    assert headless_head.stderr.splitlines()[-1].endswith(
+        "RuntimeError: Did not receive response from front-end process within 5 minutes")
+    head = Server(new_venv, GROUP_MODEL, group_args(master, 0), **group_env(shm))
+    try:
+        follower = subprocess.run([str(new_venv / "bin" / "python")] + API + [str(GROUP_MODEL), "--headless",
+                                                                              "--port", str(free_port())]
+                                  + group_args(master, 1), capture_output=True, text=True, timeout=60,
+                                  env=sim_env(**group_env(shm)), cwd=str(new_venv), check=False)
+        out, err = head.proc.communicate(timeout=30)
+    finally:
+        stop_all(head.proc)
+    assert follower.returncode == 1, follower
+    assert "vLLM API server version" in follower.stdout, "--headless changes nothing for the api_server module"
+    assert follower.stderr.splitlines()[-2:] == [
+        "(EngineCore_DP0 pid=%d) AssertionError: collective_rpc should not be called on follower node" % (follower_pid(follower) + 1),
+        "(APIServer pid=%d) RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
+        % follower_pid(follower)], follower.stderr
+    assert head.proc.returncode == 1, err
+    assert "Worker proc VllmWorker-0 died unexpectedly" in out
+
+
+def follower_pid(result):
+    return int(re.search(r"^\(APIServer pid=(\d+)\)", result.stdout, re.M).group(1))
