@@ -540,14 +540,19 @@ def describe_model(config):
 def normalise_server_args(args):
     """A server command line -> the arguments vLLM's serve parser takes.
 
-    Drops a leading ``vllm serve`` (or ``serve``) and a leading ``[python] -m
-    vllm.entrypoints.openai.api_server``; what follows (a model tag, flags) is kept as it is.
+    Drops a leading ``vllm serve`` (or ``serve``), a leading ``[python] -m
+    vllm.entrypoints.openai.api_server`` and a leading ``[python] -m vllm.entrypoints.cli.main serve``
+    (``vllm serve`` as a module, what a serving group's ranks run); what follows (a model tag, flags)
+    is kept as it is.
     """
     args = [str(arg) for arg in args]
     if args and os.path.basename(args[0]).startswith("python") and args[1:2] == ["-m"]:
         args = args[1:]
     if args[:1] == ["-m"] and len(args) > 1 and args[1].startswith("vllm."):
-        return args[2:]
+        module, args = args[1], args[2:]
+        if module == "vllm.entrypoints.cli.main" and args[:1] == ["serve"]:
+            args = args[1:]
+        return args
     if args and os.path.basename(args[0]) == "vllm":
         args = args[1:]
     if args[:1] == ["serve"]:

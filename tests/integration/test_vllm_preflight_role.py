@@ -387,3 +387,103 @@ def test_the_real_engines_inventory_keeps_the_shm_floor_of_the_cpu_engine():
     text = (ROOT / "inventories" / "demo" / "group_vars" / "vllm_servers.yml").read_text()
     lowered = text[:text.index("vllm_preflight_shm_min_bytes:")].rsplit("\n\n", 1)[-1]
     assert "simulator" in lowered and "/dev/shm" in lowered and "open files" in lowered, lowered
+
+
+# A serving group (issue 26; roles/vllm_preflight/tasks/group.yml): the two local "hosts" as one group, on loopback.
+def play_group(tmp_path, extra=None, host_vars=None, flags=()):
+    import socket
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {
+        "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
+        "children": {"gpu_hosts": {"hosts": {name: (host_vars or {}).get(name, {}) for name in HOSTS}},
+                     "copy": {"hosts": {name: {} for name in HOSTS},
+                              "vars": {"fleet_vllm_serving_group": "copy", "fleet_vllm_group_interface": "lo",
+                                       "fleet_vllm_group_master_port": port}},
+                     # A group that holds one of them (a wrong fleet_vllm_serving_group may name it).
+                     "gpu_hosts_b": {"hosts": {"gpu-b": {}}}}}}))
+    variables = dict(
+        fleet_vllm_nvidia_smi=str(FAKE_SMI),
+        fleet_vllm_pristine_dir=str(tmp_path / "models" / "nvidia--Kimi-K2.5-NVFP4"),
+        fleet_vllm_nofile_limit=65536,
+        vllm_preflight_shm_min_bytes=1024 * 1024,
+        fleet_vllm_trust_remote_code=False,
+        vllm_preflight_model_size_bytes=10 * 1024 * 1024,
+        vllm_preflight_group_timeout=5,
+    )
+    variables.update(extra or {})
+    run = run_playbook(PLAYBOOK, "-i", inventory, *flags, extra_vars=variables, timeout=300,
+                       env={"FLEET_VLLM_FAKE_GPUS": "rtx-pro-6000-x8"})
+    return run, run.out, port
+
+
+def messages(out, task_name):
+    return {host: result.get("msg", "") for host, result in results(out, task_name).items() if result.get("failed")}
+
+
+def test_a_serving_groups_members_reach_their_head_before_anything_changes(tmp_path):
+    run, out, port = play_group(tmp_path)
+    assert run.rc == 0, run.stdout[-3000:]
+    heard = {host: r for host, r in results(out, "Wait for the head's listener to see every member").items() if not r.get("skipped")}
+    # The head (the group's first host) listened on its address on lo and heard the other member connect from its own.
+    assert list(heard) == ["gpu-a"] and heard["gpu-a"]["seen"] == ["127.0.0.1"] and heard["gpu-a"]["in_use"] is False
+    connected = {host: r for host, r in results(out, "Connect from this member to the head's rendezvous port, over the group's interface").items()
+                 if not r.get("skipped")}
+    assert list(connected) == ["gpu-b"] and connected["gpu-b"]["connected"] is True
+    assert all(out["stats"][name]["changed"] == 0 for name in HOSTS)
+    # The preflight module's check of the GPUs a member needs: 8 x 2 / 2 nodes.
+    checked = results(out, "Check the host against what vLLM and the model need")
+    assert all(result["problems"] == [] for result in checked.values())
+
+
+@pytest.mark.parametrize("case, extra, host_vars, flags, failing, wanted", [
+    # A --limit that cuts the group: refused on the member in the run, naming who is left out.
+    ("limit", {}, {}, ["--limit", "gpu-b"], ["gpu-b"],
+     ["gpu-a of the serving group copy is not in this run", "--limit copy"]),
+    ("interface", {"fleet_vllm_group_interface": "nosuch0"}, {}, [], ["gpu-a", "gpu-b"],
+     ["fleet_vllm_group_interface is \"nosuch0\"", "has no such interface", "lo"]),
+    # Another vLLM pin on one member: named, with both values.
+    ("pin", {}, {"gpu-b": {"vllm_runtime_version": "0.33.0"}}, [], ["gpu-b"],
+     ["gpu-b differs from the head gpu-a of the serving group copy", "vllm_runtime_version is \"0.33.0\" here and \"\" there"]),
+])
+def test_a_serving_group_that_cannot_be_one_is_refused_before_anything_changes(tmp_path, case, extra, host_vars,
+                                                                               flags, failing, wanted):
+    run, out, port = play_group(tmp_path, extra, host_vars, flags)
+    assert run.rc != 0, case
+    failed = {**messages(out, "Check that this host is a member of a whole serving group, with an address on its interface"),
+              **messages(out, "Check that the group's members are set alike (the head's settings)")}
+    assert sorted(failed) == failing, (case, failed, run.stdout[-2000:])
+    for text in failed.values():
+        for piece in wanted:
+            assert piece in text, (case, text)
+        assert text.endswith("Nothing was changed.")
+    assert not (tmp_path / "models").exists()
+
+
+def test_a_member_that_does_not_reach_the_head_is_refused_with_both_ends_named(tmp_path):
+    # 192.0.2.7 (TEST-NET-1) is no address of this machine: the member cannot connect from it, and the head hears nobody.
+    run, out, port = play_group(tmp_path, {"vllm_preflight_group_timeout": 2},
+                                {"gpu-b": {"fleet_vllm_group_address": "192.0.2.7"}})
+    assert run.rc != 0
+    failed = messages(out, "Fail when a member does not reach the head on the rendezvous port")
+    assert sorted(failed) == ["gpu-a", "gpu-b"], run.stdout[-3000:]
+    assert "gpu-b does not reach the head gpu-a of the serving group copy at 127.0.0.1:%d from 192.0.2.7 (lo)" % port in failed["gpu-b"]
+    assert "heard nothing on 127.0.0.1:%d from 192.0.2.7 within 2 s" % port in failed["gpu-a"]
+    for text in failed.values():
+        assert "open the port between the members' addresses on lo" in text and text.endswith("Nothing was changed.")
+
+
+@pytest.mark.parametrize("group, wanted", [
+    ("copy_typo", "fleet_vllm_serving_group is \"copy_typo\", and the inventory has no such group"),
+    ("gpu_hosts_b", "fleet_vllm_serving_group is \"gpu_hosts_b\", an inventory group without this host"),
+])
+def test_a_serving_group_name_that_holds_no_such_host_stops_the_run_first(tmp_path, group, wanted):
+    """Checked with the shared settings (fleet.vllm.fleet_vllm), first in the play of every role."""
+    inventory_extra = {"gpu-a": {"fleet_vllm_serving_group": group}}
+    run, out, port = play_group(tmp_path, host_vars=inventory_extra)
+    failed = messages(out, "Check the shared settings that argument specs cannot express")
+    assert list(failed) == ["gpu-a"] and failed["gpu-a"].startswith(wanted), (failed, run.stdout[-2000:])
+    assert "Check the host against what vLLM and the model need" not in [
+        t["task"]["name"].split(" : ")[-1] for t in out["plays"][0]["tasks"] if "gpu-a" in t["hosts"]]

@@ -242,6 +242,9 @@ def test_dtype_comes_from_the_text_config_first():
     (["-m"], ["-m"]),
     (["-m", "vllm.entrypoints.openai.api_server"], []),
     (["/opt/vllm/current/bin/vllm", "--port", "1"], ["--port", "1"]),
+    # `vllm serve` as a module: what a serving group's ranks run (vllm_server, issue 26).
+    (["/opt/vllm/v/bin/python", "-m", "vllm.entrypoints.cli.main", "serve", "--headless"], ["--headless"]),
+    (["-m", "vllm.entrypoints.cli.main", "--help"], ["--help"]),
 ])
 def test_server_args_that_are_not_a_vllm_command_stay(args, expected):
     assert normalise_server_args(args) == expected
