@@ -34,7 +34,7 @@ export ANSIBLE_INJECT_FACT_VARS=false
 # branches are proven on any machine that can run them: AMX_MLA needs AVX-512 BF16 (the fixture's
 # header), and where the processor has neither that nor AMX tiles, real-2 runs the processor's own
 # backend and the summary says so (the fixture's lines of the scenario's prepare step).
-scenarios=(default real_engine kv_auto onboard upgrade_rollback failures gateway)
+scenarios=(default real_engine kv_auto onboard upgrade_rollback failures gateway topology)
 # The scenarios that `all` runs beside the others, started first, each in its own log: onboard's
 # 10 minutes of an idle monitored fleet (molecule/onboard/molecule.yml) then pass while the others
 # run, instead of after them. Its hosts are idle meanwhile; the checks that read the hub mirror's log

@@ -1,0 +1,137 @@
+"""Side effects of the topology scenario (test helper): a serving group (issue 26) through the gateway.
+
+    python traffic.py roll -- playbooks/deploy.yml -e vllm_runtime_version=0.33.0
+        the bounded client (molecule/shared/traffic_client.py) runs inside the gateway host against
+        http://127.0.0.1:8080 while molecule/shared/run_playbook.py runs the deploy; the units' starts are read
+        before and after;
+    python traffic.py kill
+        kills the group's rank (SIGKILL of its unit's processes), times how long the gateway keeps the group's head
+        in rotation, then runs deploy.yml and reads the gateway and the units again; then playbooks/verify.yml,
+        playbooks/diagnose.yml and playbooks/acceptance.yml on the fleet.
+
+Writes $MOLECULE_EPHEMERAL_DIRECTORY/topology-<name>.json for the verify step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHARED = os.path.join(os.path.dirname(HERE), "shared")
+sys.path.insert(0, SHARED)
+
+import fleet_hosts as fleet  # noqa: E402
+import gateway_hosts as gw  # noqa: E402
+
+CLIENT = "/root/traffic_client.py"
+STOP = "/tmp/traffic-stop"
+
+
+def members():
+    """The serving group's hosts in inventory order (the head first) - the scenario names them so."""
+    return fleet.instances("fleet_vllm_test_group")
+
+
+def units():
+    """Each fleet host's vllm.service: its InvocationID, state, when its main process started and when it last
+    stopped (monotonic, us: the containers share the kernel's clock)."""
+    out = {}
+    for name in fleet.instances():
+        text = gw.exec_in(name, ["systemctl", "show", fleet.SERVICE, "-p",
+                                 "InvocationID,ActiveState,NRestarts,ExecMainStartTimestampMonotonic,InactiveEnterTimestampMonotonic"])
+        out[name] = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    return out
+
+
+def servers(lb):
+    return {r["svname"]: r["status"] for r in gw.stat(lb)
+            if r["pxname"] == gw.BACKEND and r["svname"] not in ("FRONTEND", "BACKEND")}
+
+
+def counters(lb):
+    front = gw.row(gw.stat(lb), "fleet_vllm", "FRONTEND")
+    return {k: int(front[k] or 0) for k in ("req_tot", "hrsp_2xx", "hrsp_4xx", "hrsp_5xx")}
+
+
+def wait_status(lb, server, predicate, timeout):
+    started = time.monotonic()
+    status = None
+    while time.monotonic() - started < timeout:
+        status = servers(lb).get(server)
+        if status is not None and predicate(status):
+            return round(time.monotonic() - started, 2), status
+        time.sleep(0.5)
+    return None, status
+
+
+def client(lb, requests, seconds):
+    subprocess.run(["podman", "cp", os.path.join(SHARED, "traffic_client.py"), "%s:%s" % (lb, CLIENT)], check=True)
+    gw.exec_in(lb, ["rm", "-f", STOP])
+    env = dict(os.environ, TRAFFIC_KEY=fleet.api_key())
+    return subprocess.Popen(
+        ["podman", "exec", "--env", "TRAFFIC_KEY", lb, "sh", "-c",
+         'exec python3 %s --url http://127.0.0.1:8080 --model "$0" --requests "$1" --seconds "$2" '
+         '--stop-file %s --workers 4 --pause 0.05' % (CLIENT, STOP), fleet.served_name(), str(requests), str(seconds)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def finish(lb, proc, stop=True):
+    if stop:
+        gw.exec_in(lb, ["touch", STOP])
+    out, err = proc.communicate(timeout=300)
+    if proc.returncode != 0:
+        raise SystemExit("traffic client failed: %s" % err)
+    return json.loads(out)
+
+
+def deploy(name, args):
+    return subprocess.run([sys.executable, os.path.join(SHARED, "run_playbook.py"), name, "--expect", "ok", "--"] + args,
+                          check=False).returncode
+
+
+def roll(args):
+    lb = gw.gateway()
+    for name in servers(lb):
+        assert wait_status(lb, name, lambda s: s.startswith("UP"), 120)[0] is not None, "%s not UP before the roll" % name
+    before, units_before = counters(lb), units()
+    proc = client(lb, 1000000, 1500)
+    time.sleep(2)
+    rc = deploy("topology-roll", args)
+    time.sleep(2)
+    result = finish(lb, proc)
+    return {"rc": rc, "client": result, "before": before, "after": counters(lb), "units_before": units_before,
+            "units_after": units(), "servers": servers(lb)}
+
+
+def kill():
+    lb = gw.gateway()
+    head, rank = members()[0], members()[1]
+    assert wait_status(lb, head, lambda s: s.startswith("UP"), 120)[0] is not None, "the head is not UP before the kill"
+    units_before = units()
+    gw.exec_in(rank, ["systemctl", "kill", "--signal=SIGKILL", fleet.SERVICE])
+    left_after, status_down = wait_status(lb, head, lambda s: s.startswith("DOWN"), 180)
+    # The pin roll.yml deployed: nothing new to stage, only the group to bring back.
+    rc = deploy("topology-kill", ["playbooks/deploy.yml", "-e", "vllm_runtime_version=0.33.0"])
+    back_after, status_up = wait_status(lb, head, lambda s: s.startswith("UP"), 180)
+    proc = client(lb, 40, 120)
+    result = finish(lb, proc, stop=False)
+    # The fleet's read-only playbooks on a group: its head answers, its rank is the engine that started.
+    checks = {name: deploy("topology-%s" % name, ["playbooks/%s.yml" % name]) for name in ("verify", "diagnose", "acceptance")}
+    return {"head": head, "rank": rank, "left_after": left_after, "status_down": status_down, "rc": rc, "checks": checks,
+            "back_after": back_after, "status_up": status_up, "client": result, "units_before": units_before,
+            "units_after": units(), "servers": servers(lb)}
+
+
+def main(argv):
+    what = argv[0]
+    result = roll(argv[2:]) if what == "roll" else kill()
+    with open(os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "topology-%s.json" % what), "w", encoding="utf-8") as out:
+        json.dump(result, out, indent=1, sort_keys=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
