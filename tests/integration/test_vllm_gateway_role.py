@@ -271,7 +271,7 @@ def test_the_example_inventory_speaks_tls_on_every_hop(variables, refused):
     TLS on every hop, and the same inventory without its certificate and CA is refused on every host."""
     run = run_playbook(EXAMPLE_CHECK, "-i", ROOT / "inventories" / "example", "--check",
                        extra_vars=dict({"vault_vllm_server_api_key": "k1-example-0123456789abcdef0123456789"}, **variables), timeout=300)
-    hosts = ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04", "lb-01"]
+    hosts = ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04", "gpu-node-05", "gpu-node-06", "lb-01"]
     results = {host: dict(run.task_list(host)).get(CHECK) for host in hosts}
     assert all(result is not None for result in results.values()), run.stdout[-3000:]
     for host, result in results.items():
@@ -280,3 +280,12 @@ def test_the_example_inventory_speaks_tls_on_every_hop(variables, refused):
             assert PLAIN_LISTENER in result["msg"], result["msg"]
             assert (PLAIN_BACKENDS in result["msg"]) == (host == "lb-01"), result["msg"]
     assert (run.rc != 0) == refused
+
+
+def test_a_serving_group_is_one_backend_its_head():
+    """inventories/example's serving group kimi_long_context (issue 26): the gateway sends to its head, gpu-node-05, and
+    not to its headless rank gpu-node-06, which serves no API; every host that serves alone is a backend."""
+    run = run_playbook(ROOT / "tests" / "integration" / "playbooks" / "example_backends.yml", "-i", ROOT / "inventories" / "example")
+    assert run.rc == 0, run.stdout[-3000:]
+    shown = dict(run.task_list("lb-01"))["Show the backends"]["msg"]
+    assert shown == ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04", "gpu-node-05"]
