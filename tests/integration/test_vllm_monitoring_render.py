@@ -166,6 +166,24 @@ def test_the_scrape_targets_are_the_inventorys(fleet):
     assert tls == {name: {"ca_file": str(fleet / "ca.pem")} for name in ("vllm", "haproxy", "node", "dcgm")}
 
 
+def test_a_serving_groups_headless_rank_has_no_engine_to_scrape(tmp_path):
+    """A serving group (issue 26): gpu-a and gpu-b serve one copy, gpu-a the head. Only the head has an API server, so
+    only it is in the vllm job; both are still scraped for HAProxy (their front doors) and the node."""
+    group = {"fleet_vllm_serving_group": "copy_a"}
+    groups = {
+        "vllm_servers": {"gpu-a": {"ansible_host": "10.0.0.11", **group}, "gpu-b": {"ansible_host": "10.0.0.12", **group},
+                         "gpu-c": {"ansible_host": "10.0.0.13"}},
+        "copy_a": {"gpu-a": {}, "gpu-b": {}},
+        "vllm_gateways": FLEET["vllm_gateways"],
+        "vllm_monitoring": FLEET["vllm_monitoring"],
+    }
+    targets = scrape_targets(render(tmp_path, groups))
+    servers = [("gpu-a", "10.0.0.11", "server", "http"), ("gpu-b", "10.0.0.12", "server", "http"),
+               ("gpu-c", "10.0.0.13", "server", "http")]
+    assert targets["vllm"] == fleet_jobs([servers[0], servers[2]], "vllm")
+    assert targets["node"] == fleet_jobs(servers + [("gw-a", "gw-a", "gateway", "http")], "node") | {MONITORING_NODE}
+
+
 @needs_promtool
 def test_a_host_that_joins_is_scraped_and_one_that_leaves_is_not(changed):
     proc = promtool("check", "config", str(changed / "prometheus.yml"))
