@@ -30,8 +30,6 @@ import fleet_hosts as fleet  # noqa: E402
 import gateway_hosts as gw  # noqa: E402
 import monitoring_hosts as mon  # noqa: E402
 
-CLIENT = "/root/traffic_client.py"
-STOP = "/tmp/traffic-stop"
 
 
 def counters(lb):
@@ -44,35 +42,11 @@ def counters(lb):
 
 
 def start_client(lb, requests, seconds):
-    subprocess.run(["podman", "cp", os.path.join(SHARED, "traffic_client.py"), "%s:%s" % (lb, CLIENT)], check=True)
-    gw.exec_in(lb, ["rm", "-f", STOP])
-    env = dict(os.environ, TRAFFIC_KEY=fleet.api_key())
-    # The key goes through the environment (podman exec --env NAME takes the value from it), not argv.
-    return subprocess.Popen(
-        ["podman", "exec", "--env", "TRAFFIC_KEY", lb, "sh", "-c",
-         'exec python3 %s --url https://127.0.0.1:8080 --ca-file %s --model "$0" --requests "$1" --seconds "$2" '
-         '--stop-file %s --workers 4 --pause 0.05' % (CLIENT, gw.CA_FILE, STOP), fleet.served_name(), str(requests), str(seconds)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return gw.start_client(lb, requests, seconds)
 
 
-def finish_client(lb, proc, stop=True):
-    """The client's counts; with stop, it is told to stop first, else it ends at its own bound."""
-    if stop:
-        gw.exec_in(lb, ["touch", STOP])
-    out, err = proc.communicate(timeout=300)
-    if proc.returncode != 0:
-        raise SystemExit("traffic client failed: %s" % err)
-    return json.loads(out)
-
-
-def wait_status(lb, server, predicate, timeout):
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        status = gw.row(gw.stat(lb), gw.BACKEND, server)["status"]
-        if predicate(status):
-            return round(time.monotonic() - started, 2), status
-        time.sleep(0.5)
-    return None, status
+finish_client = gw.finish_client
+wait_status = gw.wait_status
 
 
 def roll(playbook_args):

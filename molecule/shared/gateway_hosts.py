@@ -8,7 +8,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import subprocess
+import time
 
 import fleet_hosts as fleet
 
@@ -100,3 +102,52 @@ def haproxy_processes(name):
 
 def chat_body():
     return json.dumps({"model": fleet.served_name(), "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
+
+
+# ---- a bounded client inside a gateway host (molecule/shared/traffic_client.py) -------------------------------------
+
+CLIENT = "/root/traffic_client.py"
+STOP = "/tmp/traffic-stop"
+
+
+def start_client(lb, requests, seconds, url="https://127.0.0.1:8080", ca_file=CA_FILE):
+    """traffic_client.py started inside host LB against URL (TLS verified against CA_FILE; None for plain HTTP), until
+    REQUESTS were sent, SECONDS passed or the stop file appears (finish_client)."""
+    subprocess.run(["podman", "cp", os.path.join(os.path.dirname(os.path.abspath(__file__)), "traffic_client.py"),
+                    "%s:%s" % (lb, CLIENT)], check=True)
+    exec_in(lb, ["rm", "-f", STOP])
+    env = dict(os.environ, TRAFFIC_KEY=fleet.api_key())
+    ca = " --ca-file %s" % ca_file if ca_file else ""
+    # The key goes through the environment (podman exec --env NAME takes the value from it), not argv.
+    return subprocess.Popen(
+        ["podman", "exec", "--env", "TRAFFIC_KEY", lb, "sh", "-c",
+         'exec python3 %s --url %s%s --model "$0" --requests "$1" --seconds "$2" --stop-file %s --workers 4 --pause 0.05'
+         % (CLIENT, url, ca, STOP), fleet.served_name(), str(requests), str(seconds)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def finish_client(lb, proc, stop=True):
+    """The client's counts; with stop, it is told to stop first, else it ends at its own bound."""
+    if stop:
+        exec_in(lb, ["touch", STOP])
+    out, err = proc.communicate(timeout=300)
+    if proc.returncode != 0:
+        raise SystemExit("traffic client failed: %s" % err)
+    return json.loads(out)
+
+
+def servers(lb):
+    """{server: status} of the gateway's backend."""
+    return {r["svname"]: r["status"] for r in stat(lb) if r["pxname"] == BACKEND and r["svname"] not in ("FRONTEND", "BACKEND")}
+
+
+def wait_status(lb, server, predicate, timeout):
+    """(seconds, status) once SERVER's status at the gateway satisfies PREDICATE, or (None, last status) after TIMEOUT."""
+    started = time.monotonic()
+    status = None
+    while time.monotonic() - started < timeout:
+        status = servers(lb).get(server)
+        if status is not None and predicate(status):
+            return round(time.monotonic() - started, 2), status
+        time.sleep(0.5)
+    return None, status

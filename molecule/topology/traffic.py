@@ -6,7 +6,8 @@
         before and after;
     python traffic.py kill
         kills the group's rank (SIGKILL of its unit's processes), times how long the gateway keeps the group's head
-        in rotation, then runs deploy.yml and reads the gateway and the units again; then playbooks/verify.yml,
+        in rotation, then runs deploy.yml --limit on the group and reads the gateway and the units again; then
+        playbooks/verify.yml,
         playbooks/diagnose.yml and playbooks/acceptance.yml on the fleet.
 
 Writes $MOLECULE_EPHEMERAL_DIRECTORY/topology-<name>.json for the verify step.
@@ -27,9 +28,6 @@ sys.path.insert(0, SHARED)
 import fleet_hosts as fleet  # noqa: E402
 import gateway_hosts as gw  # noqa: E402
 
-CLIENT = "/root/traffic_client.py"
-STOP = "/tmp/traffic-stop"
-
 
 def members():
     """The serving group's hosts in inventory order (the head first) - the scenario names them so."""
@@ -47,45 +45,17 @@ def units():
     return out
 
 
-def servers(lb):
-    return {r["svname"]: r["status"] for r in gw.stat(lb)
-            if r["pxname"] == gw.BACKEND and r["svname"] not in ("FRONTEND", "BACKEND")}
-
-
 def counters(lb):
     front = gw.row(gw.stat(lb), "fleet_vllm", "FRONTEND")
     return {k: int(front[k] or 0) for k in ("req_tot", "hrsp_2xx", "hrsp_4xx", "hrsp_5xx")}
 
 
-def wait_status(lb, server, predicate, timeout):
-    started = time.monotonic()
-    status = None
-    while time.monotonic() - started < timeout:
-        status = servers(lb).get(server)
-        if status is not None and predicate(status):
-            return round(time.monotonic() - started, 2), status
-        time.sleep(0.5)
-    return None, status
-
-
 def client(lb, requests, seconds):
-    subprocess.run(["podman", "cp", os.path.join(SHARED, "traffic_client.py"), "%s:%s" % (lb, CLIENT)], check=True)
-    gw.exec_in(lb, ["rm", "-f", STOP])
-    env = dict(os.environ, TRAFFIC_KEY=fleet.api_key())
-    return subprocess.Popen(
-        ["podman", "exec", "--env", "TRAFFIC_KEY", lb, "sh", "-c",
-         'exec python3 %s --url http://127.0.0.1:8080 --model "$0" --requests "$1" --seconds "$2" '
-         '--stop-file %s --workers 4 --pause 0.05' % (CLIENT, STOP), fleet.served_name(), str(requests), str(seconds)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    """The bounded client inside the gateway host, plain HTTP (the demo inventory's gateway)."""
+    return gw.start_client(lb, requests, seconds, url="http://127.0.0.1:8080", ca_file=None)
 
 
-def finish(lb, proc, stop=True):
-    if stop:
-        gw.exec_in(lb, ["touch", STOP])
-    out, err = proc.communicate(timeout=300)
-    if proc.returncode != 0:
-        raise SystemExit("traffic client failed: %s" % err)
-    return json.loads(out)
+servers, wait_status, finish = gw.servers, gw.wait_status, gw.finish_client
 
 
 def deploy(name, args):
@@ -114,8 +84,9 @@ def kill():
     units_before = units()
     gw.exec_in(rank, ["systemctl", "kill", "--signal=SIGKILL", fleet.SERVICE])
     left_after, status_down = wait_status(lb, head, lambda s: s.startswith("DOWN"), 180)
-    # The pin roll.yml deployed: nothing new to stage, only the group to bring back.
-    rc = deploy("topology-kill", ["playbooks/deploy.yml", "-e", "vllm_runtime_version=0.33.0"])
+    # The pin roll.yml deployed: nothing new to stage, only the group to bring back - with --limit on the group, as a
+    # group is onboarded (its hosts only; the gateway drains and puts back its head by delegation).
+    rc = deploy("topology-kill", ["playbooks/deploy.yml", "--limit", "fleet_vllm_test_group", "-e", "vllm_runtime_version=0.33.0"])
     back_after, status_up = wait_status(lb, head, lambda s: s.startswith("UP"), 180)
     proc = client(lb, 40, 120)
     result = finish(lb, proc, stop=False)
