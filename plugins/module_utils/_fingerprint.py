@@ -72,6 +72,12 @@ def compute(module, params):
             drift.append("link %s (%s)" % (item["name"], item["path"]))
     if params["model_path"]:
         if not os.path.isdir(params["model_path"]):
+            if module.check_mode or params.get("model_not_built") == "restart":
+                # A check-mode deploy of a new pin: the run would build this directory (fleet.vllm.vllm_weights, served)
+                # before it compares; not there, it is not what runs, and the comparison says so.
+                drift.append("model directory %s (not built yet)" % params["model_path"])
+                fingerprint["model"] = {"path": os.path.realpath(params["model_path"]), "files": {}}
+                return fingerprint, drift
             module.fail_json(msg="the model directory %s does not exist" % params["model_path"])
         fingerprint["model"] = {"path": os.path.realpath(params["model_path"]),
                                 "files": model_entries(params["model_path"], params["small_file_bytes"])}

@@ -98,6 +98,14 @@ options:
     type: str
     choices: [none, pending, running]
     default: none
+  model_not_built:
+    description:
+      - What a missing O(model_path) is - V(fail) (the default, an error) or V(restart) (the service would restart on
+        a directory this run has not built yet - the server's stage in check mode, where the new pin's served directory
+        is not made - said in RV(drift)). In check mode it is always V(restart).
+    type: str
+    choices: [fail, restart]
+    default: fail
 """
 
 EXAMPLES = r"""
@@ -185,7 +193,8 @@ from ansible_collections.fleet.vllm.plugins.module_utils._fingerprint import (
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(OPTIONS, record=dict(type="str", choices=["none", "pending", "running"], default="none")),
+        argument_spec=dict(OPTIONS, record=dict(type="str", choices=["none", "pending", "running"], default="none"),
+                           model_not_built=dict(type="str", choices=["fail", "restart"], default="fail")),
         supports_check_mode=True,
     )
     params = module.params

@@ -227,6 +227,28 @@ def test_missing_model_dir_and_duplicate_names_fail(run_module, state):
     assert result["failed"] and "each name may appear once" in result["msg"]
 
 
+def test_in_check_mode_a_model_dir_not_built_yet_is_a_restart_not_a_failure(run_module, state):
+    """A check-mode deploy of a new pin: the served directory of the new venv is not built (the run would build it
+    first); the comparison says the service would restart, and why, instead of failing."""
+    s = state
+    s.service()
+    run(run_module, s, unit="vllm.service", record="running")
+    missing = str(s.tmp / "variants" / "new-pin")
+    result = run_module("vllm_fingerprint", dict(s.args, model_path=missing, unit="vllm.service"), env=s.env,
+                        check=True).result
+    assert not result.get("failed"), result
+    assert result["action"] == "restart"
+    assert "model directory %s" % missing in result["differences"]
+    assert "model directory %s (not built yet)" % missing in result["drift"]
+    # The server's stage runs the comparison out of check mode (check_mode: false) and says so with model_not_built.
+    asked = run_module("vllm_fingerprint", dict(s.args, model_path=missing, unit="vllm.service", model_not_built="restart"),
+                       env=s.env).result
+    assert (asked["action"], asked["drift"]) == (result["action"], result["drift"])
+    # Otherwise the same is an error: a real run builds the directory before it compares.
+    result = run_module("vllm_fingerprint", dict(s.args, model_path=missing), env=s.env).result
+    assert result["failed"] and "does not exist" in result["msg"]
+
+
 def test_host_state_compares_as_this_module_does(run_module, state):
     """host_state's fingerprint option (the server's look, when its write has nothing to do) answers
     what vllm_fingerprint answers, in every state: none recorded, recorded, in place, changed, a
