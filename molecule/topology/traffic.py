@@ -1,7 +1,7 @@
 """Side effects of the topology scenario (test helper): a serving group (issue 26) through the gateway.
 
     python traffic.py roll -- playbooks/deploy.yml -e vllm_runtime_version=0.33.0
-        the bounded client (molecule/shared/traffic_client.py) runs inside the gateway host against
+        the deploy in check mode first (nothing may restart); then the bounded client (molecule/shared/traffic_client.py) runs inside the gateway host against
         http://127.0.0.1:8080 while molecule/shared/run_playbook.py runs the deploy; the units' starts are read
         before and after;
     python traffic.py kill
@@ -67,13 +67,17 @@ def roll(args):
     lb = gw.gateway()
     for name in servers(lb):
         assert wait_status(lb, name, lambda s: s.startswith("UP"), 120)[0] is not None, "%s not UP before the roll" % name
+    # First in check mode: it says what would roll and changes nothing (no engine restarted, the group included).
+    units_unchecked = units()
+    rc_check = deploy("topology-check", ["--check"] + args)
     before, units_before = counters(lb), units()
     proc = client(lb, 1000000, 1500)
     time.sleep(2)
     rc = deploy("topology-roll", args)
     time.sleep(2)
     result = finish(lb, proc)
-    return {"rc": rc, "client": result, "before": before, "after": counters(lb), "units_before": units_before,
+    return {"rc": rc, "rc_check": rc_check, "units_unchecked": units_unchecked,
+            "client": result, "before": before, "after": counters(lb), "units_before": units_before,
             "units_after": units(), "servers": servers(lb)}
 
 

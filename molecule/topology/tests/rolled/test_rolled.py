@@ -52,3 +52,10 @@ def test_no_request_failed_through_the_gateway():
     assert (client["failed"], client["truncated"]) == (0, 0), client["errors"]
     assert data["after"]["hrsp_5xx"] - data["before"]["hrsp_5xx"] == 0, data
     assert all(status.startswith("UP") for status in data["servers"].values()), data["servers"]
+
+
+def test_the_roll_in_check_mode_first_restarted_nothing():
+    data = result()
+    assert data["rc_check"] == 0
+    for name, unit in data["units_unchecked"].items():
+        assert data["units_before"][name]["InvocationID"] == unit["InvocationID"], (name, unit)
