@@ -31,7 +31,6 @@ import gateway_hosts as gw  # noqa: E402
 import monitoring_hosts as mon  # noqa: E402
 
 
-
 def counters(lb):
     rows = gw.stat(lb)
     front = gw.row(rows, "fleet_vllm", "FRONTEND")
