@@ -38,8 +38,10 @@ scenarios=(default real_engine kv_auto onboard upgrade_rollback failures gateway
 # The scenarios that `all` runs beside the others, started first, each in its own log: onboard's
 # 10 minutes of an idle monitored fleet (molecule/onboard/molecule.yml) then pass while the others
 # run, instead of after them. Its hosts are idle meanwhile; the checks that read the hub mirror's log
-# (onboard, failures) keep to their own hosts' addresses.
-beside=(onboard)
+# (onboard, failures) keep to their own hosts' addresses. topology (the engine simulator, about 290 s)
+# beside them too: in the chain it made CI's run 50 min on this 2-core machine (rehearsal of e294ca3,
+# 3,014 s, the chain 2,939 s), over the 45 min a run may take.
+beside=(onboard topology)
 
 # A scenario still running after this many seconds is stopped (SIGTERM, SIGKILL a minute later) and
 # fails with its log: a hang then costs one scenario's bound instead of CI's whole limit. The
