@@ -46,6 +46,11 @@ vllm.entrypoints.openai.api_server`` and ``vllm serve``:
   (``GroupMember``); a rank that goes away kills the head's engine (exit 1), a head that goes away
   kills the rank's workers (exit 1). The protocol, the bounds and the differences: "A serving group"
   in tests/simulator/README.md.
+* several engines on one machine (instances): CUDA_VISIBLE_DEVICES resolved as CUDA does (indexes, GPU UUIDs, one
+  MIG device; the list ends at the first entry it cannot resolve), vLLM's "World size (N) is larger than the number of
+  available GPUs (M) in this node." and torch's "No CUDA GPUs are available"; VLLM_PORT read as vLLM reads it, and on a
+  build with a tcp:// rendezvous (before vLLM #50999) the first worker's TCPStore held on the first free port from it
+  (``rendezvous``). "Instances" in tests/simulator/README.md.
 
 Where it differs from vLLM: no model is loaded and nothing is computed. Completions are a
 fixed sentence cut to ``max_tokens`` words (a word counts as a token); usage counts words.
@@ -58,8 +63,9 @@ and ``ignore_eos`` generates on to ``max_tokens``; ``min_tokens`` is checked as 
 Only the flags are checked, not their values beyond argparse's type/choices (values of vLLM's
 own type functions other than int/float are kept as strings); of vLLM's post-parse checks only
 ``--enable-auto-tool-choice requires --tool-call-parser`` is imitated. A model that is not a
-local directory is refused (vLLM would try the Hub). The GPU is whatever ``nvidia-smi`` on PATH
-says (GPU 0's compute_cap); without one it stops like vLLM without a device. Log lines have
+local directory is refused (vLLM would try the Hub). The GPUs are what ``nvidia-smi`` on PATH lists, as
+CUDA_VISIBLE_DEVICES leaves them (the first visible one's compute_cap decides); without one it stops like vLLM
+without a device. Log lines have
 vLLM's format, with made-up source line numbers; the traceback's frames are vLLM 0.16's; the
 ``non-default args`` line masks ``api_key``/``hf_token``. No HEAD, /v1/completions, tools or
 reasoning output; the refusal covers MLA models only (standard attention always finds a backend).
@@ -77,6 +83,7 @@ import socket
 import socketserver
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -222,20 +229,183 @@ def non_default_args(args):
 # ---- the GPU and the model -----------------------------------------------------------------
 
 
-def compute_capability():
-    """GPU 0's compute capability from nvidia-smi on PATH, as (major, minor), or None."""
+# The GPUs one engine sees. fleet.vllm runs several engines on one machine (instances, each a systemd unit) and gives
+# each its GPUs by UUID in CUDA_VISIBLE_DEVICES. The fixture nvidia-smi stands for NVML, which ignores that variable
+# (it lists the machine's GPUs); what the engine's CUDA sees is resolved from it here as CUDA resolves it (NVIDIA CUDA
+# C++ Programming Guide, "CUDA Environment Variables": a comma-separated list of indexes or UUIDs, the devices enumerated
+# in the list's order, and the list ends at the first entry that names no device) in the words of the code vLLM counts
+# with: vLLM's CudaPlatform.device_count() (vllm/platforms/cuda.py, _cuda_device_count_stateless, 0.33.0) is torch's
+# torch.cuda._device_count_nvml() (torch/cuda/__init__.py: _parse_visible_devices, _transform_uuid_to_ordinals), which
+# mirrors CUDA's parsing.
+
+GPU_QUERY = ("--query-gpu=index,uuid,compute_cap", "--format=csv,noheader")
+_LIST_GPU = re.compile(r"^GPU (\d+): .*\(UUID: (GPU-[^)\s]+)\)\s*$")
+_LIST_MIG = re.compile(r"^\s+MIG\b.*\(UUID: (MIG-[^)\s]+)\)\s*$")
+
+
+class Gpu(object):
+    """A device CUDA can enumerate: a GPU (``uuid`` GPU-...), or a MIG device (MIG-...) on the GPU ``index``."""
+
+    def __init__(self, index, uuid, capability):
+        self.index, self.uuid, self.capability = index, uuid, capability
+
+    def describe(self):
+        return "%s (GPU %d)" % (self.uuid, self.index)
+
+
+def _nvidia_smi(*arguments):
+    """nvidia-smi's stdout for ``arguments``, or None (no nvidia-smi on PATH, or it failed)."""
     tool = shutil.which("nvidia-smi")
     if tool is None:
         return None
-    proc = subprocess.run([tool, "--query-gpu=compute_cap", "--format=csv,noheader"],
-                          capture_output=True, text=True, env=dict(os.environ, LC_ALL="C"), check=False)
-    lines = [line.strip() for line in proc.stdout.splitlines() if line.strip()]
-    if proc.returncode != 0 or not lines:
+    proc = subprocess.run([tool] + list(arguments), capture_output=True, text=True, env=dict(os.environ, LC_ALL="C"),
+                          check=False)
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def machine_gpus():
+    """The machine's GPUs in NVML's index order (``nvidia-smi --query-gpu=index,uuid,compute_cap``), or None when
+    there is none to read (no nvidia-smi, no driver, no device, an answer it cannot parse): vLLM's platform detection
+    (pynvml's device count, vllm/platforms/__init__.py cuda_platform_plugin) finds no CUDA then."""
+    text = _nvidia_smi(*GPU_QUERY)
+    if text is None:
         return None
+    gpus = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = [part.strip() for part in line.split(",")]
+        try:
+            gpus.append(Gpu(int(parts[0]), parts[1], support_rules.parse_capability(parts[2])))
+        except (IndexError, ValueError, support_rules.VllmSupportError):
+            return None
+    return gpus or None
+
+
+def mig_devices(gpus):
+    """The MIG devices ``nvidia-smi -L`` lists, each under its GPU's line ("  MIG 1g.12gb  Device  0: (UUID: MIG-...)"),
+    as Gpu objects with their GPU's index and compute capability."""
+    text = _nvidia_smi("-L") or ""
+    capability = dict((gpu.index, gpu.capability) for gpu in gpus)
+    devices, parent = [], None
+    for line in text.splitlines():
+        match = _LIST_GPU.match(line)
+        if match:
+            parent = int(match.group(1))
+            continue
+        match = _LIST_MIG.match(line)
+        if match and parent in capability:
+            devices.append(Gpu(parent, match.group(1), capability[parent]))
+    return devices
+
+
+def _strtoul(text):
+    """torch's _strtoul (torch/cuda/__init__.py, as CUDA reads an entry): the integer the entry starts with ("1gpu2":
+    1), or -1 when it starts with none."""
+    end = 0
+    while end < len(text) and (text[end].isdigit() or (end == 0 and text[end] in "+-")):
+        end += 1
     try:
-        return support_rules.parse_capability(lines[0])
-    except support_rules.VllmSupportError:
+        return int(text[:end]) if end else -1
+    except ValueError:  # a lone sign
+        return -1
+
+
+def visible_gpus(value, gpus, migs=()):
+    """The devices CUDA enumerates for CUDA_VISIBLE_DEVICES ``value`` (None: unset, every GPU), in CUDA's order (cuda:0
+    first), as torch's _parse_visible_devices / _transform_uuid_to_ordinals / _device_count_nvml count them:
+
+    * a list of GPU UUIDs (it starts with GPU-): a UUID or a unique prefix of one; the list ends at the first entry
+      that does not start with GPU- or names no GPU (or more than one); an entry named twice leaves no device;
+    * MIG UUIDs (it starts with MIG-): a CUDA process enumerates one MIG device (NVIDIA's MIG User Guide, "CUDA Device
+      Enumeration"), the first entry, if ``nvidia-smi -L`` lists it; torch leaves MIG to CUDA's own count;
+    * else indexes, each read as strtoul reads it; the list ends at the first one that is not a number or is
+      negative, a number named twice leaves no device, and it is cut at the first index the machine does not have;
+    * set and empty: no device."""
+    if value is None:
+        return list(gpus)
+    if value.startswith("MIG-"):
+        first = value.split(",")[0]
+        found = [mig for mig in migs if mig.uuid.startswith(first)]
+        return found if len(found) == 1 else []
+    if value.startswith("GPU-"):
+        named = []
+        for entry in value.split(","):
+            if entry in named:
+                return []
+            if not entry.startswith("GPU-"):
+                break
+            named.append(entry)
+        chosen = []
+        for entry in named:
+            found = [gpu for gpu in gpus if gpu.uuid.startswith(entry)]
+            if len(found) != 1:
+                break  # the first entry that names no GPU (or is ambiguous) ends the list
+            if found[0] in chosen:
+                return []
+            chosen.append(found[0])
+        return chosen
+    indexes = []
+    for entry in value.split(","):
+        number = _strtoul(entry.strip())
+        if number in indexes:
+            return []
+        if number < 0:
+            break
+        indexes.append(number)
+    by_index = dict((gpu.index, gpu) for gpu in gpus)
+    chosen = []
+    for number in indexes:
+        if number not in by_index:
+            break
+        chosen.append(by_index[number])
+    return chosen
+
+
+def gpu_view():
+    """(the machine's GPUs, the visible ones) for this process's CUDA_VISIBLE_DEVICES, or None (no GPU to read)."""
+    gpus = machine_gpus()
+    if gpus is None:
         return None
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    migs = mig_devices(gpus) if value is not None and value.startswith("MIG-") else ()
+    return gpus, visible_gpus(value, gpus, migs)
+
+
+def visible_line(gpus, visible):
+    """The simulator's own INFO line (a test hook: real vLLM names no UUID) with the devices this engine sees."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    setting = "CUDA_VISIBLE_DEVICES unset" if value is None else "CUDA_VISIBLE_DEVICES=%s" % value
+    devices = ", ".join("cuda:%d=%s" % (number, gpu.describe()) for number, gpu in enumerate(visible)) or "none"
+    return "Visible GPUs: %d of %d (%s): %s (test simulator)" % (len(visible), len(gpus), setting, devices)
+
+
+def world_size_error(args, visible):
+    """vLLM's refusal of more workers on this node than it has GPUs, or None: vllm/config/parallel.py,
+    ParallelConfig.__post_init__ (0.16.0 and 0.33.0): when no --distributed-executor-backend is given and the world
+    size across data parallelism is above 1, on CUDA with --nnodes 1 (with more nodes it picks mp unchecked), ``raise
+    ValueError(f"World size ({self.world_size}) is larger than the number of available GPUs ({gpu_count}) in this
+    node. ...")`` with world_size = pipeline x tensor x prefill-context parallel size and gpu_count
+    current_platform.device_count(), the visible GPUs. ParallelConfig is a pydantic dataclass: the ValueError comes out
+    as pydantic's ValidationError (measured: pydantic 2.14 of the 0.33.0 venv; its "[type=value_error, input_value=
+    ArgsKwargs(...)]" tail is left out, as in parallel_config_error)."""
+    if getattr(args, "distributed_executor_backend", None) is not None or (getattr(args, "nnodes", None) or 1) > 1:
+        return None
+    world = ((_int_of(getattr(args, "pipeline_parallel_size", None), 1) or 1)
+             * (_int_of(getattr(args, "tensor_parallel_size", None), 1) or 1)
+             * (_int_of(getattr(args, "prefill_context_parallel_size", None), 1) or 1))
+    if world * (_int_of(getattr(args, "data_parallel_size", None), 1) or 1) <= 1 or len(visible) >= world:
+        return None
+    return ("pydantic_core._pydantic_core.ValidationError: 1 validation error for ParallelConfig\n"
+            "  Value error, World size (%d) is larger than the number of available GPUs (%d) in this node. If this is "
+            "intentional and you are using:\n- ray, set '--distributed-executor-backend ray'.\n- multiprocessing, set "
+            "'--nnodes' appropriately." % (world, len(visible)))
+
+
+# torch's error when CUDA enumerates no device (c10/cuda/CUDAFunctions.cpp, device_count_ensure_non_zero), raised where
+# the worker takes its GPU (vllm/v1/worker/gpu_worker.py, init_device: current_platform.set_device): every GPU hidden
+# by CUDA_VISIBLE_DEVICES while NVML, which vLLM's platform detection asks, still lists the machine's.
+NO_CUDA_GPUS = "RuntimeError: No CUDA GPUs are available"
 
 
 def read_model(path):
@@ -998,6 +1168,200 @@ def host_ip():
         return "0.0.0.0"
 
 
+def tcpstore_listen(port):
+    """A torch.distributed TCPStore server's listening socket on ``port``: on every address, whatever host the
+    rendezvous URI names (torch/csrc/distributed/c10d/TCPStoreLibUvBackend.cpp, UvTcpServer::makeWithPort binds "::",
+    dual stack, and "0.0.0.0" when IPv6 fails; SO_REUSEADDR as libuv's uv_tcp_bind sets it). The serving group's head
+    (--master-port) and a single host's engine on a build with a tcp:// rendezvous (rendezvous()) hold one. Returns
+    (socket, None), or (None, (whether IPv6 was tried last, the OSError))."""
+    failure = None
+    for family, host in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError as exc:
+            failure = (family == socket.AF_INET6, exc)
+            continue
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # dual stack: IPv4 clients too
+            sock.bind((host, port))
+            sock.listen(128)
+        except OSError as exc:
+            sock.close()
+            failure = (family == socket.AF_INET6, exc)
+            continue
+        return sock, None
+    return None, failure
+
+
+# ---- a single host's rendezvous and VLLM_PORT (one instance's internal ports) ----------------------------------------
+#
+# vLLM's executor on one host (vllm/v1/executor/uniproc_executor.py, multiproc_executor.py) gives its workers a
+# torch.distributed rendezvous URI:
+#   * before vLLM PR #50999 ("Use file:// rendezvous for single-node executors", merged 2026-08; vLLM 0.16.0 read):
+#     tcp://IP:PORT with PORT = get_open_port() (vllm/utils/network_utils.py: _get_open_port: from VLLM_PORT upward,
+#     the first port that ``bind(("", port))`` takes on IPv4, logging "Port %d is already in use, trying port %d" for
+#     each one taken; without VLLM_PORT a port of the kernel's choice, bind(("", 0))), IP get_ip() (VLLM_HOST_IP) with
+#     one worker (UniProcExecutor) or get_loopback_ip() (VLLM_LOOPBACK_IP, else 127.0.0.1) with several. The port is
+#     probed, released, then bound by the first worker's TCPStore server for the engine's life, on every address;
+#   * since (vLLM 0.33.0 read; vLLM issue #52638 names v0.27.1 as a release still before it, so the simulator takes it
+#     from 0.28 on): file://$TMPDIR/vllm_dist_<hex>, a FileStore: no port, no listener. VLLM_PORT is then read only by
+#     envs.enable_envs_cache() at the end of a worker's start (vllm/v1/executor/multiproc_executor.py WorkerProc, and
+#     vllm/v1/engine/core.py EngineCore with one worker), where a VLLM_PORT that is not an integer fails it.
+# The worker logs the URI (vllm/distributed/parallel_state.py, init_distributed_environment: "world_size=%d rank=%d
+# local_rank=%d distributed_init_method=%s backend=%s"). Data parallelism's ports (get_open_ports_list) are not
+# imitated, nor a serving group's (--nnodes > 1: vLLM replaces the URI by --master-addr:--master-port, GroupHead).
+
+VLLM_PORT_ENV = "VLLM_PORT"
+FILE_STORE_SINCE = (0, 28)
+
+
+def _release(version):
+    """(major, minor, patch) of a version string: 0.16.0rc2.dev313+g6f5e2a9c1 -> (0, 16, 0)."""
+    return tuple(int(part) for part in re.findall(r"\d+", re.match(r"^[0-9.]*", version).group(0))[:3])
+
+
+def file_store_rendezvous(version=None):
+    """Whether this build's single-host rendezvous is a FileStore (no port), not a TCPStore."""
+    return _release(version or __version__) >= FILE_STORE_SINCE
+
+
+def vllm_port():
+    """vllm/envs.py get_vllm_port: None when VLLM_PORT is not in the environment (set and empty is set), its integer,
+    or its ValueError (a value with a URI scheme, as urllib3's parse_url finds one, gets the Kubernetes hint)."""
+    if VLLM_PORT_ENV not in os.environ:
+        return None
+    port = os.environ[VLLM_PORT_ENV]
+    try:
+        return int(port)
+    except ValueError:
+        pass
+    if re.match(r"^[a-zA-Z][a-zA-Z0-9+-]*:", port):
+        docs = ("https://docs.vllm.ai/en/latest/configuration/env_vars.html" if _release(__version__) >= (0, 33)
+                else "https://docs.vllm.ai/en/stable/serving/env_vars.html")
+        raise ValueError("VLLM_PORT '%s' appears to be a URI. This may be caused by a Kubernetes service discovery "
+                         "issue,check the warning in: %s" % (port, docs))
+    raise ValueError("VLLM_PORT '%s' must be a valid integer" % port)
+
+
+def open_port(start):
+    """vllm/utils/network_utils.py _get_open_port: from ``start`` (VLLM_PORT) upward, the first port an IPv4 socket
+    binds on every address (each probe socket closed again), logging each port taken; ``start`` None: one the kernel
+    picks (IPv4, else IPv6). A port past 65535 raises OverflowError, as in vLLM."""
+    port = start
+    if port is not None:
+        while True:
+            try:
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                    probe.bind(("", port))
+                    return port
+            except OSError:
+                port += 1
+                log("INFO", "network_utils.py:187", "Port %d is already in use, trying port %d" % (port - 1, port),
+                    proc="EngineCore_DP0", pid=PID + 1)
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind(("", 0))
+            return probe.getsockname()[1]
+    except OSError:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("", 0))
+            return probe.getsockname()[1]
+
+
+def loopback_ip():
+    """vllm/utils/network_utils.py get_loopback_ip: VLLM_LOOPBACK_IP, else 127.0.0.1 where it can be bound, else ::1."""
+    address = os.environ.get("VLLM_LOOPBACK_IP")
+    if address:
+        return address
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.bind(("127.0.0.1", 0))
+        return "127.0.0.1"
+    except OSError:
+        return "::1"
+
+
+def _tcp_uri(host, port):
+    return ("tcp://[%s]:%d" if ":" in host else "tcp://%s:%d") % (host, port)
+
+
+def executor_world(args):
+    """(the executor vLLM picks, this host's workers): --distributed-executor-backend, else ``uni`` for one worker and
+    ``mp`` for more (ParallelConfig.__post_init__); workers = pipeline x tensor parallel size."""
+    world = ((_int_of(getattr(args, "pipeline_parallel_size", None), 1) or 1)
+             * (_int_of(getattr(args, "tensor_parallel_size", None), 1) or 1))
+    backend = getattr(args, "distributed_executor_backend", None) or ("mp" if world > 1 else "uni")
+    return backend, world
+
+
+def worker_failed(cause, backend):
+    """A worker's failed start: in the engine core's own process with UniProcExecutor, else a worker process's
+    ``WorkerProc failed to start.`` and the engine core's failure after it."""
+    if backend == "uni":
+        engine_start_failed(cause)
+        return
+    prefix = "(Worker_TP0 pid=%d) " % (PID + 2)
+    sys.stderr.write("%sERROR %s [multiproc_executor.py:772] WorkerProc failed to start.\n" % (prefix, _stamp()))
+    sys.stderr.write(prefix + cause + "\n")
+    engine_start_failed(WORKER_START_FAILED)
+
+
+def vllm_port_error():
+    """"ValueError: ..." of a VLLM_PORT get_vllm_port refuses, else None."""
+    try:
+        vllm_port()
+    except ValueError as exc:
+        return "ValueError: %s" % exc
+    return None
+
+
+def rendezvous(args, group=None):
+    """The executor's rendezvous at the engine's start, before the workers load the model: (True, the TCPStore's
+    listening socket or None), or (False, None) after vLLM's failed start (stderr). A serving group (``group``) keeps
+    its --master-port rendezvous (GroupHead); VLLM_PORT is still read where the build reads it."""
+    backend, world = executor_world(args)
+    if file_store_rendezvous():
+        if group is None:
+            method = "file://%s/vllm_dist_%s" % (tempfile.gettempdir(), uuid.uuid4().hex)
+            log("INFO", "parallel_state.py:1930", "world_size=%d rank=0 local_rank=0 distributed_init_method=%s "
+                "backend=nccl" % (world, method), proc="Worker_TP0", pid=PID + 2)
+        return True, None  # VLLM_PORT is read at the end of the worker's start: late_vllm_port_check
+    try:
+        start = vllm_port()
+        port = open_port(start)
+    except (ValueError, OverflowError, OSError) as exc:  # raised in the executor, in the engine core's process
+        engine_start_failed("%s: %s" % (type(exc).__name__, exc))
+        return False, None
+    if group is not None:
+        return True, None  # probed, released; the group's URI is --master-addr:--master-port
+    listener, failure = tcpstore_listen(port)
+    if listener is None:
+        use_ipv6, exc = failure
+        worker_failed("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
+                      "address. port: %d, useIpv6: %s, code: %d, name: %s, message: %s"
+                      % (port, "true" if use_ipv6 else "false", -exc.errno, _uv_name(exc), (exc.strerror or "").lower()),
+                      backend)
+        return False, None
+    host = host_ip() if backend == "uni" else loopback_ip()
+    log("INFO", "parallel_state.py:1235", "world_size=%d rank=0 local_rank=0 distributed_init_method=%s backend=nccl"
+        % (world, _tcp_uri(host, port)), proc="Worker_TP0", pid=PID + 2)
+    return True, listener
+
+
+def late_vllm_port_check(args):
+    """A build with a file:// rendezvous reads VLLM_PORT at the end of a worker's start, after the load
+    (envs.enable_envs_cache): False after vLLM's failed start, else True."""
+    if not file_store_rendezvous():
+        return True
+    error = vllm_port_error()
+    if error is None:
+        return True
+    worker_failed(error, executor_world(args)[0])
+    return False
+
+
 def _keepalive(sock):
     """TCP keepalive, so that a member whose host vanished (no FIN) is noticed within about 11 s."""
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
@@ -1115,28 +1479,13 @@ class GroupHead(object):
 
     def listen(self):
         """None, or (whether IPv6 was tried, the OSError) when neither bind works."""
-        failure = None
-        for family, host in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
-            try:
-                sock = socket.socket(family, socket.SOCK_STREAM)
-            except OSError as exc:
-                failure = (family == socket.AF_INET6, exc)
-                continue
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as libuv's uv_tcp_bind sets it
-                if family == socket.AF_INET6:
-                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # dual stack: IPv4 clients too
-                sock.bind((host, self.group.master_port))
-                sock.listen(128)
-            except OSError as exc:
-                sock.close()
-                failure = (family == socket.AF_INET6, exc)
-                continue
-            sock.settimeout(0.2)
-            self.listener = sock
-            threading.Thread(target=self._accept, name="TCPStore", daemon=True).start()
-            return None
-        return failure
+        sock, failure = tcpstore_listen(self.group.master_port)
+        if sock is None:
+            return failure
+        sock.settimeout(0.2)
+        self.listener = sock
+        threading.Thread(target=self._accept, name="TCPStore", daemon=True).start()
+        return None
 
     def _accept(self):
         while not self.closing:
@@ -1384,12 +1733,18 @@ def run_headless(args, model, group):
     config and its checks (create_engine_config(headless=True)), then, on a rank above 0, the workers of a
     MultiprocExecutor that join the head: no API server, no --uds socket. SIGTERM: exit 0; the head gone: exit 1."""
     try:
-        if engine_config(args, model, "") is None:
+        engine = engine_config(args, model, "")
+        if engine is None:
             return 1
         if group.node_rank == 0:
             return headless_engine(group)
         log("INFO", "serve.py:253", "Launching vLLM (v%s) headless multiproc executor, with head node address %s:%d for "
             "torch.distributed process group." % (__version__, group.master_addr, group.master_port), proc=None)
+        if not engine["visible"]:  # the first worker cannot take its GPU (gpu_worker.py, init_device)
+            prefix = "(%s pid=%d) " % (group.worker(group.first_rank()), PID + 2)
+            sys.stderr.write("%sERROR %s [multiproc_executor.py:772] WorkerProc failed to start.\n" % (prefix, _stamp()))
+            sys.stderr.write("%s%s\n" % (prefix, NO_CUDA_GPUS))
+            return 1
         member = GroupMember(group, monitor=None)
         try:
             if not member.bind_queue() or not member.join():
@@ -1545,13 +1900,22 @@ def engine_config(args, model, api):
     if refused is not None:
         sys.stderr.write("".join("%s%s\n" % (api, line) for line in refused.splitlines()))
         return None
-    capability = compute_capability()
-    if capability is None:
+    view = gpu_view()
+    if view is None:
         sys.stderr.write("%sRuntimeError: Failed to infer device type, please set the environment "
                          "variable `VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to help debug the issue.\n" % api)
         return None
+    gpus, visible = view
+    log("INFO", "cuda.py:118", visible_line(gpus, visible), proc=proc)
+    refused = world_size_error(args, visible)
+    if refused is not None:
+        sys.stderr.write("".join("%s%s\n" % (api, line) for line in refused.splitlines()))
+        return None
+    # The attention backend is chosen for the first visible GPU (vllm/platforms/cuda.py, get_device_capability(0):
+    # CUDA_VISIBLE_DEVICES' first entry, an index or a UUID looked up in NVML).
+    capability = visible[0].capability if visible else None
     return dict(config=config, hf_quant=hf_quant, described=described, kv_cache_dtype=kv_cache_dtype,
-                max_model_len=max_model_len, capability=capability)
+                max_model_len=max_model_len, capability=capability, visible=visible)
 
 
 def start(args, model, served, unix, group=None):
@@ -1561,7 +1925,7 @@ def start(args, model, served, unix, group=None):
     if engine is None:
         return 1
     config, hf_quant, described = engine["config"], engine["hf_quant"], engine["described"]
-    kv_cache_dtype, max_model_len, capability = engine["kv_cache_dtype"], engine["max_model_len"], engine["capability"]
+    kv_cache_dtype, max_model_len = engine["kv_cache_dtype"], engine["max_model_len"]
     tp = _int_of(getattr(args, "tensor_parallel_size", None), 1) or 1
     quant = kv_rules.effective_quant_config(config, hf_quant) or {}
     # vLLM's line always has pipeline_parallel_size; the simulator's has it in a serving group only, so
@@ -1573,6 +1937,22 @@ def start(args, model, served, unix, group=None):
         % (__version__, model, model, bool(getattr(args, "trust_remote_code", False)), described["dtype"],
            max_model_len, tp, pipeline, quant.get("quant_method") or None, kv_cache_dtype, ", ".join(served)),
         proc="EngineCore_DP0", pid=PID + 1)
+    if not engine["visible"]:
+        worker_failed(NO_CUDA_GPUS, executor_world(args)[0])
+        return 1
+    ok, store = rendezvous(args, group)
+    if not ok:
+        return 1
+    try:
+        return _start_workers(args, model, served, unix, group, engine, tp, store)
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _start_workers(args, model, served, unix, group, engine, tp, store):
+    """The workers' load (the attention backend), a serving group's rendezvous, then serve."""
+    described, kv_cache_dtype, capability = engine["described"], engine["kv_cache_dtype"], engine["capability"]
     if described["attention_kind"] == "mla":
         reasons, ok = backend_reasons(kv_cache_dtype, capability)
         if not ok:
@@ -1591,7 +1971,7 @@ def start(args, model, served, unix, group=None):
             head = GroupHead(group)
             if not head.form():
                 return 1
-        return load_and_serve(args, model, served, unix, max_model_len, kv_cache_dtype, head)
+        return load_and_serve(args, model, served, unix, engine["max_model_len"], kv_cache_dtype, head)
     finally:
         if head is not None:
             head.close()
@@ -1610,6 +1990,8 @@ def load_and_serve(args, model, served, unix, max_model_len, kv_cache_dtype, hea
             "of the test simulator)" % FAULT_ENV, proc="EngineCore_DP0", pid=PID + 1)
         return 1
     log("INFO", "default_loader.py:291", "Loading weights took %.2f seconds" % delay, proc="Worker_TP0", pid=PID + 2)
+    if not late_vllm_port_check(args):
+        return 1
     api_keys = [key for key in _listify(getattr(args, "api_key", None)) if key]
     if os.environ.get("VLLM_API_KEY") and not api_keys:
         api_keys = [os.environ["VLLM_API_KEY"]]

@@ -1051,3 +1051,220 @@ def test_a_serving_groups_join_bounds_and_the_starts_vllm_cannot_serve(new_venv,
 
 def follower_pid(result):
     return int(re.search(r"^\(APIServer pid=(\d+)\)", result.stdout, re.M).group(1))
+
+
+# ---- instances: several engines on one machine, each with its GPUs (CUDA_VISIBLE_DEVICES) and its ports (VLLM_PORT) --
+
+
+INSTANCE_MODEL = FIXTURES / "models" / "no-quantization"
+# The rtx-pro-6000-x8 scenario's GPUs (tests/fixtures/nvidia-smi/rtx-pro-6000-x8/query-gpu.csv), by index.
+X8 = ["GPU-2c3e7876-b74a-57b3-94a4-1b4d866fd427", "GPU-0d2261a5-0a7f-5a5d-92a9-a81b02a1a4e6",
+      "GPU-b692f93d-b6f3-5fed-b2f0-eb5dda32afb6", "GPU-0856f067-669f-59e6-a511-70cade1abdc0",
+      "GPU-9bb2460f-3aa9-59ed-962e-8ecd72cfc046", "GPU-ae7facef-2874-54c6-8a16-decae44ba7fd",
+      "GPU-fb4ce638-25b5-5192-ac85-30c12e36d414", "GPU-962a9b24-55da-5a51-b225-b0ace23f6d01"]
+WORLD_SIZE_ERROR = ("(APIServer pid=PID) pydantic_core._pydantic_core.ValidationError: 1 validation error for "
+                    "ParallelConfig\n(APIServer pid=PID)   Value error, World size (%d) is larger than the number of "
+                    "available GPUs (%d) in this node. If this is intentional and you are using:\n(APIServer pid=PID) "
+                    "- ray, set '--distributed-executor-backend ray'.\n(APIServer pid=PID) - multiprocessing, set "
+                    "'--nnodes' appropriately.\n")
+
+
+def visible_line(stdout):
+    return re.search(r"^\(APIServer pid=\d+\) INFO [0-9: -]+ \[cuda\.py:\d+\] (Visible GPUs: .*)$", stdout, re.M).group(1)
+
+
+def seen(value, *gpus, machine=8):
+    """The simulator's line for CUDA_VISIBLE_DEVICES ``value`` (None: unset) and the rtx-pro-6000-x8 indexes ``gpus``."""
+    setting = "CUDA_VISIBLE_DEVICES unset" if value is None else "CUDA_VISIBLE_DEVICES=%s" % value
+    devices = ", ".join("cuda:%d=%s (GPU %d)" % (number, X8[index], index) for number, index in enumerate(gpus))
+    return "Visible GPUs: %d of %d (%s): %s (test simulator)" % (len(gpus), machine, setting, devices or "none")
+
+
+def free_ports(count):
+    """``count`` consecutive TCP ports nothing listens on now (the first of them)."""
+    for dummy in range(50):
+        first = free_port()
+        if first + count > 65535:
+            continue
+        try:
+            for port in range(first, first + count):
+                with socket.socket() as probe:
+                    probe.bind(("", port))
+        except OSError:
+            continue
+        return first
+    raise AssertionError("no %d consecutive free ports" % count)
+
+
+def test_an_instance_sees_the_gpus_its_uuids_name_in_their_order_and_serves_on_them(new_venv):
+    """CUDA_VISIBLE_DEVICES with a subset of the machine's GPU UUIDs (one given as a prefix, as CUDA takes one): the
+    engine sees those, in the list's order, logs them, and serves with tensor parallelism over all of them."""
+    value = ",".join([X8[5], X8[3][:12], X8[6]])
+    server = Server(new_venv, INSTANCE_MODEL, ["--tensor-parallel-size", "3"], CUDA_VISIBLE_DEVICES=value)
+    try:
+        server.wait_ready()
+    finally:
+        rc, out, err = server.stop()
+    assert rc == 0, err
+    assert visible_line(out) == seen(value, 5, 3, 6)
+    assert "tensor_parallel_size=3" in out
+
+
+@pytest.mark.parametrize("value, gpus", [
+    (",".join([X8[2], "GPU-00000000-0000-0000-0000-000000000000", X8[4]]), [2]),  # ends at the unknown UUID
+    (",".join([X8[2], "0", X8[4]]), [2]),                                         # ends at the first entry not GPU-
+    (",".join([X8[2], X8[2]]), []),                                               # a UUID twice: no device
+    ("GPU-", []),                                                                 # a prefix of every GPU: ambiguous
+], ids=["unknown-uuid", "index-among-uuids", "uuid-twice", "ambiguous-prefix"])
+def test_cuda_visible_devices_ends_at_the_first_uuid_cuda_cannot_resolve(new_venv, value, gpus):
+    """CUDA enumerates the devices before the first entry it cannot resolve; more tensor-parallel workers than that
+    is vLLM's refusal (ParallelConfig), with vLLM's words, before the engine starts."""
+    result = run(new_venv, [str(INSTANCE_MODEL), "--tensor-parallel-size", "2"], CUDA_VISIBLE_DEVICES=value)
+    assert result.returncode == 1, result
+    assert visible_line(result.stdout) == seen(value, *gpus)
+    assert re.sub(r"pid=\d+", "pid=PID", result.stderr).endswith(WORLD_SIZE_ERROR % (2, len(gpus))), result.stderr
+    assert "Initializing a V1 LLM engine" not in result.stdout
+
+
+@pytest.mark.parametrize("value, gpus", [
+    ("7,2", [7, 2]),
+    (" 4 , 1", [4, 1]),      # blanks around an index are skipped
+    ("3gpu,5", [3, 5]),      # an entry is read as strtoul reads it
+    ("0,9,1", [0]),          # cut at the first index the machine does not have
+    ("1,-1,2", [1]),         # ends at a negative entry
+    ("6,x,2", [6]),          # ends at an entry that is no number
+    ("1,2,1", []),           # an index twice: no device
+    ("", []),                # set and empty: no device
+    (None, list(range(8))),  # unset: every GPU
+], ids=["order", "blanks", "strtoul", "past-the-end", "negative", "not-a-number", "twice", "empty", "unset"])
+def test_cuda_visible_devices_by_index_as_cuda_reads_it(new_venv, value, gpus):
+    """An index list, as torch counts it for vLLM (torch.cuda._parse_visible_devices, which reads CUDA's rules):
+    world size 8 on what it leaves is refused with the count in vLLM's message, or starts where 8 are visible."""
+    env = {} if value is None else {"CUDA_VISIBLE_DEVICES": value}
+    result = run(new_venv, [str(INSTANCE_MODEL), "--tensor-parallel-size", "4", "--pipeline-parallel-size", "2"],
+                 FLEET_VLLM_SIM_LOAD_SECONDS="0", FLEET_VLLM_SIM_FAULT="exit", **env)
+    assert result.returncode == 1, result
+    assert visible_line(result.stdout) == seen(value, *gpus)
+    if len(gpus) == 8:  # it starts (and dies at the fault "exit", after the load)
+        assert "Initializing a V1 LLM engine" in result.stdout and "Starting to load model" in result.stdout
+    else:
+        assert re.sub(r"pid=\d+", "pid=PID", result.stderr).endswith(WORLD_SIZE_ERROR % (8, len(gpus))), result.stderr
+
+
+def test_an_engine_without_a_visible_gpu_fails_as_torch_does(new_venv):
+    """No visible GPU with one worker: torch's "No CUDA GPUs are available" where the worker takes its GPU (vLLM's
+    platform, read from NVML, which ignores CUDA_VISIBLE_DEVICES, is still CUDA)."""
+    result = run(new_venv, [str(INSTANCE_MODEL)], CUDA_VISIBLE_DEVICES="GPU-ffffffff")
+    assert result.returncode == 1, result
+    assert visible_line(result.stdout) == seen("GPU-ffffffff")
+    assert result.stderr.splitlines()[-2:] == [
+        "(EngineCore_DP0 pid=%d) RuntimeError: No CUDA GPUs are available" % (follower_pid(result) + 1),
+        "(APIServer pid=%d) RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
+        % follower_pid(result)], result.stderr
+    assert "Starting to load model" not in result.stdout
+
+
+def test_the_first_visible_gpu_or_mig_device_picks_the_attention_backend(old_venv, tmp_path):
+    """A machine of an SM 12.0 GPU and an SM 9.0 GPU with a MIG device (nvidia-smi -L lists it under its GPU): with
+    the first visible, the old build refuses FP8 KV on MLA (SM 12.0); with the second, or its MIG device (the first
+    MIG entry: CUDA enumerates one), FLASHMLA takes it (Hopper)."""
+    tool = tmp_path / "bin" / "nvidia-smi"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\n"
+                    "if [ \"$1\" = -L ]; then\n"
+                    "  echo 'GPU 0: NVIDIA RTX PRO 6000 Blackwell Server Edition (UUID: GPU-aaaa1111-0000-5000-8000-000000000000)'\n"
+                    "  echo 'GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-bbbb2222-0000-5000-8000-000000000000)'\n"
+                    "  echo '  MIG 3g.40gb     Device  0: (UUID: MIG-cccc3333-0000-5000-8000-000000000000)'\n"
+                    "  exit 0\nfi\n"
+                    "echo '0, GPU-aaaa1111-0000-5000-8000-000000000000, 12.0'\n"
+                    "echo '1, GPU-bbbb2222-0000-5000-8000-000000000000, 9.0'\n")
+    tool.chmod(0o755)
+    path = "%s:%s" % (tool.parent, os.environ.get("PATH", "/usr/bin:/bin"))
+    kimi = [str(KIMI), "--trust-remote-code"]  # MLA with an FP8 KV cache
+    refused = run(old_venv, kimi, PATH=path, CUDA_VISIBLE_DEVICES="0")
+    assert refused.returncode == 1 and "ValueError: No valid attention backend found" in refused.stderr, refused
+    for value, device in (("1", "GPU-bbbb2222-0000-5000-8000-000000000000 (GPU 1)"),
+                          ("MIG-cccc3333,MIG-ffff", "MIG-cccc3333-0000-5000-8000-000000000000 (GPU 1)")):
+        result = run(old_venv, kimi, PATH=path, CUDA_VISIBLE_DEVICES=value, FLEET_VLLM_SIM_FAULT="exit",
+                     FLEET_VLLM_SIM_LOAD_SECONDS="0")
+        assert visible_line(result.stdout) == "Visible GPUs: 1 of 2 (CUDA_VISIBLE_DEVICES=%s): cuda:0=%s (test simulator)" \
+            % (value, device), result.stdout
+        assert "Using FLASHMLA attention backend" in result.stdout, result
+    unknown = run(old_venv, kimi, PATH=path, CUDA_VISIBLE_DEVICES="MIG-ffff,MIG-cccc3333")
+    assert visible_line(unknown.stdout).endswith("(CUDA_VISIBLE_DEVICES=MIG-ffff,MIG-cccc3333): none (test simulator)")
+    assert unknown.stderr.splitlines()[-2].endswith("RuntimeError: No CUDA GPUs are available"), unknown.stderr
+
+
+def test_vllm_port_the_first_free_port_from_it_holds_the_rendezvous_of_a_build_before_the_file_store(old_venv):
+    """The old build (before vLLM #50999): the executor takes the first port from VLLM_PORT up that an IPv4 socket
+    binds (one taken: the next, with vLLM's line), and the first worker's TCPStore listens there, on every address,
+    while the engine runs; the URI names VLLM_HOST_IP (one worker). Without VLLM_PORT: a port of the kernel's choice."""
+    first = free_ports(3)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", first))
+        taken.listen(1)
+        server = Server(old_venv, INSTANCE_MODEL, VLLM_PORT=str(first), VLLM_HOST_IP="127.0.0.1")
+        try:
+            server.wait_ready()
+            assert listening(first + 1)
+            held = subprocess.run(["ss", "-Htln", "sport = :%d" % (first + 1)], capture_output=True, text=True,
+                                  check=False).stdout if shutil.which("ss") else ""
+        finally:
+            rc, out, err = server.stop()
+    assert rc == 0, err
+    assert re.search(r"^\(EngineCore_DP0 pid=\d+\) INFO .* \[network_utils\.py:187\] Port %d is already in use, trying "
+                     r"port %d$" % (first, first + 1), out, re.M), out
+    assert re.search(r"^\(Worker_TP0 pid=\d+\) INFO .* \[parallel_state\.py:\d+\] world_size=1 rank=0 local_rank=0 "
+                     r"distributed_init_method=tcp://127\.0\.0\.1:%d backend=nccl$" % (first + 1), out, re.M), out
+    if held:
+        assert held.split()[3] in ("*:%d" % (first + 1), "[::]:%d" % (first + 1), "0.0.0.0:%d" % (first + 1)), held
+    assert not listening(first + 1), "the store closes with the engine"
+    server = Server(old_venv, INSTANCE_MODEL, ["--tensor-parallel-size", "2"])
+    try:
+        server.wait_ready()
+    finally:
+        rc, out, err = server.stop()
+    assert rc == 0, err
+    found = re.search(r"distributed_init_method=tcp://127\.0\.0\.1:(\d+) backend=nccl$", out, re.M)  # two: loopback
+    assert found and int(found.group(1)) > 0 and "already in use" not in out, out
+
+
+def test_vllm_port_reaches_no_socket_on_a_build_with_the_file_store(new_venv):
+    """0.33.0 (after vLLM #50999): a single host's rendezvous is a FileStore (file://$TMPDIR/vllm_dist_<hex>): no port
+    is taken from VLLM_PORT, nothing listens there."""
+    first = free_ports(1)
+    server = Server(new_venv, INSTANCE_MODEL, ["--tensor-parallel-size", "2"], VLLM_PORT=str(first))
+    try:
+        server.wait_ready()
+        assert not listening(first)
+    finally:
+        rc, out, err = server.stop()
+    assert rc == 0, err
+    assert re.search(r"^\(Worker_TP0 pid=\d+\) INFO .* world_size=2 rank=0 local_rank=0 distributed_init_method="
+                     r"file:///\S+/vllm_dist_[0-9a-f]{32} backend=nccl$", out, re.M), out
+
+
+@pytest.mark.parametrize("build, value, message", [
+    ("old", "29500a", "ValueError: VLLM_PORT '29500a' must be a valid integer"),
+    ("new", "abc", "ValueError: VLLM_PORT 'abc' must be a valid integer"),
+    ("new", "tcp://10.0.0.1:29500", "ValueError: VLLM_PORT 'tcp://10.0.0.1:29500' appears to be a URI. This may be "
+     "caused by a Kubernetes service discovery issue,check the warning in: "
+     "https://docs.vllm.ai/en/latest/configuration/env_vars.html"),
+], ids=["old", "new", "new-uri"])
+def test_a_vllm_port_that_is_no_integer_fails_the_start_with_vllms_words(old_venv, new_venv, build, value, message):
+    """vllm/envs.py get_vllm_port's ValueError, where the build reads VLLM_PORT: the old one in the executor, before
+    the load (get_open_port), 0.33.0 at the end of the worker's start, after it (envs.enable_envs_cache)."""
+    venv = old_venv if build == "old" else new_venv
+    result = run(venv, [str(INSTANCE_MODEL), "--tensor-parallel-size", "2"], VLLM_PORT=value,
+                 FLEET_VLLM_SIM_LOAD_SECONDS="0")
+    assert result.returncode == 1, result
+    lines = re.sub(r"pid=\d+", "pid=PID", result.stderr).splitlines()
+    if build == "old":
+        assert lines[-2:] == ["(EngineCore_DP0 pid=PID) " + message, "(APIServer pid=PID) RuntimeError: Engine core "
+                              "initialization failed. See root cause above. Failed core proc(s): {}"], lines
+        assert "Starting to load model" not in result.stdout
+    else:
+        assert "(Worker_TP0 pid=PID) " + message in lines, lines
+        assert lines[-2].endswith("Exception: WorkerProc initialization failed due to an exception in a background "
+                                  "process. See stack trace for root cause."), lines
+        assert "Loading weights took" in result.stdout
