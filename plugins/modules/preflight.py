@@ -199,6 +199,100 @@ options:
       - Where procfs is mounted. Tests point it at a fake tree.
     type: path
     default: /proc
+  gpus:
+    description:
+      - The GPUs of this engine instance (the instance's C(CUDA_VISIBLE_DEVICES)), by the UUIDs C(nvidia-smi -L) prints -
+        C(GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx) for a whole GPU, C(MIG-) and the same shape for a MIG device. An
+        index, or anything else, fails the module (an index names another GPU after a reboot or a driver change), and
+        so does a GPU listed twice.
+      - Empty, the engine sees every GPU of the host and the checks are of them all.
+      - Otherwise the checks (GPU count against the parallel sizes, memory, links, IOMMU and ACS) and RV(gpu_info) are of
+        these GPUs only. A GPU UUID that is not among the host's GPUs is a problem.
+      - A MIG device is looked up in C(nvidia-smi -L) (O(nvidia_smi), else the one on the PATH) under its parent GPU; it
+        stands in RV(gpu_info) as one GPU with its parent's fields, the profile in its name and the profile's memory
+        (C(1g.24gb) is 24 x 10^9 bytes). An unknown MIG device is a problem, and so are several MIG devices, or MIG
+        devices beside whole GPUs - CUDA enumerates a single MIG device per process (NVIDIA's MIG User Guide,
+        C(CUDA Device Enumeration)).
+      - Compared with the other engine units of the machine (O(units_dir)) - a GPU another unit uses too, this list
+        empty while another engine unit exists, or another unit without C(CUDA_VISIBLE_DEVICES) (every GPU) while this
+        list is not, is a problem.
+    type: list
+    elements: str
+    default: []
+    version_added: "0.9.0"
+  ports:
+    description:
+      - The TCP ports this instance listens on (API, front door, metrics), each with the variable that sets it.
+      - A port that another process listens on (any address, IPv4 or IPv6) is a problem naming that process, its pid
+        and its systemd unit, unless the unit is one of O(own_units); so is a port whose process cannot be seen (reading
+        other users' C(/proc/PID/fd) needs root). Two entries with the same port are a problem, and so is a port inside
+        O(port_block).
+      - Read from C(/proc/net/tcp) and C(/proc/net/tcp6) (O(proc_root)), the processes from C(/proc/PID/fd) and their
+        unit from C(/proc/PID/cgroup).
+      - A port outside 1-65535 fails the module.
+    type: list
+    elements: dict
+    default: []
+    version_added: "0.9.0"
+    suboptions:
+      name:
+        description: The variable that sets the port, named in the messages.
+        type: str
+        required: true
+      port:
+        description: The port.
+        type: int
+        required: true
+  port_block:
+    description:
+      - The block of the instance's internal ports, vLLM's C(VLLM_PORT) and up (vLLM takes the ports it needs from
+        there, binding each on every address, the next one when it is taken).
+      - A port of the block that another process listens on is a problem, as for O(ports). The block must lie outside
+        the kernel's ephemeral port range (C(/proc/sys/net/ipv4/ip_local_port_range) less
+        C(ip_local_reserved_ports)), where any program's C(connect()) or C(bind()) to port 0 may take a port first, and
+        apart from the block (C(VLLM_PORT)) of every other engine unit of the machine (O(units_dir)).
+      - A block not within 1024-65535 fails the module.
+    type: dict
+    version_added: "0.9.0"
+    suboptions:
+      name:
+        description: The variable that sets the block's first port, named in the messages; empty, the option's name.
+        type: str
+        default: ""
+      start:
+        description: The first port of the block (C(VLLM_PORT)); V(0), no block.
+        type: int
+        default: 0
+      size:
+        description: How many ports the block has.
+        type: int
+        default: 32
+  own_units:
+    description:
+      - The systemd units whose listeners on O(ports) and O(port_block) are this instance's own (its engine, its front
+        door), not a conflict - a re-run with the instance serving passes.
+    type: list
+    elements: str
+    default: []
+    version_added: "0.9.0"
+  units_dir:
+    description:
+      - Where the engine units are, read for the machine's other engines (C(vllm.service) and C(vllm@NAME.service)
+        but O(unit), masked ones left out, drop-ins in C(UNIT.d/*.conf) included) - their C(CUDA_VISIBLE_DEVICES)
+        (C(Environment=), C(EnvironmentFile=)) and C(VLLM_PORT), reported in RV(instances).
+    type: path
+    default: /etc/systemd/system
+    version_added: "0.9.0"
+  unit:
+    description: This instance's engine unit, left out of the other engines (C(vllm.service), or C(vllm@NAME.service)).
+    type: str
+    default: vllm.service
+    version_added: "0.9.0"
+  machine_id_file:
+    description: The file whose content identifies the machine, returned as RV(machine_id).
+    type: path
+    default: /etc/machine-id
+    version_added: "0.9.0"
 notes:
   - ACS is read from the PCI configuration space of the bridges (C(/sys/bus/pci/devices/*/config)),
     the ACS extended capability (ID C(0x000D)) and its control register. The kernel shows only the
@@ -246,6 +340,10 @@ gpu_info:
   description:
     - The GPU facts the checks used - O(gpu_info), or what the module read without it - in the shape of
       M(fleet.vllm.gpu_info)'s RV(fleet.vllm.gpu_info#module:gpu_info).
+    - With O(gpus), those of the instance's GPUs only (count, GPUs, models, compute capabilities, smallest memory, the
+      topology's pairs, link types and matrix), the indexes nvidia-smi's. A MIG device is one GPU with its parent's
+      fields, C(name) the parent's and C(MIG PROFILE), C(uuid) the MIG UUID, C(memory_total_mib) the profile's, and
+      C(mig_profile) and C(parent_uuid) added.
   returned: always
   type: dict
   sample: {"count": 8, "model": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "compute_capabilities": ["12.0"]}
@@ -257,6 +355,20 @@ interfaces:
   returned: always
   type: dict
   sample: {"eth0": {"device": "eth0", "ipv4": {"address": "10.20.0.5", "prefix": "16"}, "ipv4_secondaries": [], "ipv6": []}}
+instances:
+  description:
+    - The other engine units of the machine (O(units_dir)) with C(gpus), their C(CUDA_VISIBLE_DEVICES) as a list
+      (V(null) when unset - every GPU), and C(port_base), their C(VLLM_PORT) (V(null) when unset).
+  returned: always
+  type: dict
+  sample: {"vllm@b.service": {"gpus": ["GPU-0d2261a5-0a7f-5a5d-92a9-a81b02a1a4e6"], "port_base": 29600}}
+  version_added: "0.9.0"
+machine_id:
+  description: The content of O(machine_id_file), stripped; empty when it cannot be read.
+  returned: always
+  type: str
+  sample: 4f1c2e8a9b7d4c6e8f0a1b2c3d4e5f60
+  version_added: "0.9.0"
 msg:
   description: One line summing up what was measured; with problems (when the module fails) a header line then one problem per line.
   returned: always
@@ -292,6 +404,13 @@ measured:
                "compute_capabilities": ["12.0"], "driver_version": "580.95.05", "cuda_version": "13.0",
                "interconnect": "pcie", "pcie_only": true, "link_types": ["NODE", "SYS"], "sys_pairs": 16,
                "pairs": 28, "memory_total_mib_min": 97887}
+      contains:
+        selected:
+          description: With O(gpus), the instance's GPUs as given (UUIDs); absent without.
+          type: list
+          elements: str
+          sample: ["GPU-2c3e7876-b74a-57b3-94a4-1b4d866fd427", "GPU-0d2261a5-0a7f-5a5d-92a9-a81b02a1a4e6"]
+          version_added: "0.9.0"
     disk:
       description:
         - C(model_dir), C(measured_path) (its nearest existing ancestor), C(free_bytes) and
@@ -350,15 +469,46 @@ measured:
       description: The O(kv_cache_dtype) checked.
       type: str
       sample: auto
+    ports:
+      description:
+        - The TCP listeners found on O(ports) and O(port_block), one per socket - C(port), C(names) (the variables, or
+          the block, that name the port), C(address), C(pid), C(comm), C(unit) (its systemd unit, V(null) when it has
+          none) and C(own) (the unit is one of O(own_units)). C(pid), C(comm) and C(unit) are V(null) when the
+          process holding the socket cannot be seen. Empty without O(ports) and O(port_block).
+      type: list
+      elements: dict
+      sample: [{"port": 8000, "names": ["vllm_server_port"], "address": "0.0.0.0", "pid": 4242, "comm": "vllm",
+                "unit": "vllm@a.service", "own": true}]
+      version_added: "0.9.0"
+    port_block:
+      description:
+        - With O(port_block), C(name), C(start), C(size), C(last) (its last port) and C(ephemeral_range), the kernel's
+          C([low, high]) (V(null) when unreadable).
+      type: dict
+      sample: {"name": "fleet_vllm_instance_port_base", "start": 29500, "size": 32, "last": 29531,
+               "ephemeral_range": [32768, 60999]}
+      version_added: "0.9.0"
 """
 
 import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.fleet.vllm.plugins.module_utils._gpu_info import GpuInfo
 from ansible_collections.fleet.vllm.plugins.module_utils._host_limits import MIB, HostLimits, gb
+from ansible_collections.fleet.vllm.plugins.module_utils._instances import (
+    engine_units,
+    gpu_input_error,
+    is_mig,
+    machine_id,
+    parse_list_gpus,
+    port_findings,
+    port_input_error,
+    select_gpus,
+    unit_findings,
+)
 from ansible_collections.fleet.vllm.plugins.module_utils._interfaces import interfaces
 from ansible_collections.fleet.vllm.plugins.module_utils._nccl_p2p import nccl_findings
 from ansible_collections.fleet.vllm.plugins.module_utils._pci_sysfs import (
@@ -388,8 +538,14 @@ def version_tuple(text):
 class Preflight(HostLimits):
     """The checks of a GPU host (HostLimits has those of any host) and the module's result."""
 
+    def __init__(self, module):
+        super(Preflight, self).__init__(module)
+        self.instances = {}  # the machine's other engine units (engine_units), read by run()
+        self.gpus_missing = False  # some GPU of the option gpus is not on this host
+
     def fail_input(self, msg):
-        self.module.fail_json(msg=msg, changed=False, problems=[], measured={})
+        self.module.fail_json(msg=msg, changed=False, problems=[], measured={},
+                              machine_id=machine_id(self.params["machine_id_file"]))
 
     def check_inputs(self):
         p = self.params
@@ -410,6 +566,60 @@ class Preflight(HostLimits):
             self.fail_input("%s is not an absolute path" % self.setting("model_dir"))
         if not isinstance(p["gpu_info"].get("count"), int) or not isinstance(p["gpu_info"].get("gpus", []), list):
             self.fail_input("gpu_info has no GPU count: pass the gpu_info return of fleet.vllm.gpu_info")
+        error = gpu_input_error(p["gpus"], self.var("gpus"))
+        if error is None and p["gpus"] and p["platform"] == "cpu":
+            error = "%s lists GPUs, but %s has none to give: empty it" % (self.var("gpus"), self.setting("platform"))
+        error = error or port_input_error(p["ports"], self.port_block())
+        if error:
+            self.fail_input(error)
+
+    def port_block(self):
+        """The port_block option with its name, or None when it has no start."""
+        block = self.params["port_block"]
+        if not block or not block.get("start"):
+            return None
+        return dict(block, name=block.get("name") or self.var("port_block"))
+
+    # ------------------------------------------------------------------ instances
+
+    def list_gpus(self, nvidia_smi):
+        """parse_list_gpus of `nvidia-smi -L` (for MIG devices), or None with a problem when it fails."""
+        nvidia_smi = nvidia_smi or GpuInfo(self.module).find_nvidia_smi()
+        argv = [nvidia_smi, "-L"]
+        rc, out, err = self.module.run_command(argv, environ_update=dict(LC_ALL="C"))
+        out, err = to_native(out), to_native(err)
+        if rc != 0:
+            said = " ".join(line.strip() for line in (out + "\n" + err).splitlines() if line.strip())
+            self.problems.append("cannot look up the MIG devices of %s: `%s` exited with %d: %s"
+                                 % (self.var("gpus"), " ".join(argv), rc, said or "(no output)"))
+            return None
+        return parse_list_gpus(out)
+
+    def check_instance_gpus(self, nvidia_smi):
+        """The instance's view of gpu_info (option gpus), and its GPUs against the other engine units."""
+        p = self.params
+        others = self.instances
+        listing = None
+        named = list(p["gpus"]) + [entry for other in others.values() for entry in other["gpus"] or []]
+        if p["gpus"] and any(is_mig(entry) for entry in named):
+            listing = self.list_gpus(nvidia_smi)
+        host = p["gpu_info"].get("gpus") or []
+        if p["gpus"]:
+            p["gpu_info"], problems = select_gpus(p["gpu_info"], p["gpus"], listing, self.var("gpus"))
+            self.problems.extend(problems)
+            self.gpus_missing = p["gpu_info"]["count"] < len(p["gpus"])
+        self.problems.extend(unit_findings(others, p["unit"], p["gpus"], self.var("gpus"), host, listing))
+
+    def check_ports(self):
+        p = self.params
+        block = self.port_block()
+        found, problems = port_findings(p["proc_root"], p["ports"], block, p["own_units"])
+        self.problems.extend(problems)
+        self.problems.extend(unit_findings(self.instances, p["unit"], p["gpus"], self.var("gpus"), [], None,
+                                           check_gpus=False, block=block))
+        self.measured["ports"] = found["listeners"]
+        if block:
+            self.measured["port_block"] = dict(found["block"], ephemeral_range=found["ephemeral_range"])
 
     # ------------------------------------------------------------------ GPUs
 
@@ -436,7 +646,9 @@ class Preflight(HostLimits):
             memory_total_mib_min=info.get("memory_total_mib_min"),
         )
 
-        if count < needed:
+        if self.gpus_missing:
+            pass  # the GPU list is to be fixed first (select_gpus says so): the count of the GPUs found says nothing
+        elif count < needed:
             over = "" if p["nnodes"] == 1 else " over %s hosts" % self.setting("nnodes")
             self.problems.append(
                 "%s needed for %s x %s%s, this host has %d: lower them or use another host"
@@ -541,6 +753,8 @@ class Preflight(HostLimits):
             gpus = "%dx %s (%s), driver %s, CUDA %s" % (
                 g["count"], g["model"] or "mixed GPUs", ", ".join(g["compute_capabilities"]), g["driver_version"],
                 g["cuda_version"] or "unknown")
+            if g.get("selected"):
+                gpus = "instance of " + gpus
             if g["interconnect"] == "nvlink":
                 gpus += ", NVLink"
             elif g["pcie_only"] and g["count"] > 1:
@@ -566,15 +780,29 @@ class Preflight(HostLimits):
 
     def run(self):
         cpu = self.params["platform"] == "cpu"
+        nvidia_smi = None
         if self.params["gpu_info"] is None:
             # Read as fleet.vllm.gpu_info does (its failures name nvidia-smi and what to do); a CPU
             # build has no GPU to read.
-            self.params["gpu_info"] = CPU_GPU_INFO if cpu else GpuInfo(self.module).run_module()["gpu_info"]
+            if cpu:
+                self.params["gpu_info"] = CPU_GPU_INFO
+            else:
+                read = GpuInfo(self.module).run_module()
+                self.params["gpu_info"], nvidia_smi = read["gpu_info"], read["nvidia_smi"]
         self.check_inputs()
+        # The machine's other engines (vllm.service, vllm@NAME.service), and their files that could not be read.
+        self.instances, unread = engine_units(self.params["units_dir"], self.params["unit"])
+        for unit, path, why in unread:
+            self.warnings.append("%s names the environment file %s, which is %s: its CUDA_VISIBLE_DEVICES and "
+                                 "VLLM_PORT, if any, are not known" % (unit, path, why))
         if cpu:
             self.measured["gpus"] = dict(count=0, needed=0, platform="cpu")
         else:
+            # the instance's GPUs (option gpus) from here on: the checks below and the gpu_info returned are theirs
+            self.check_instance_gpus(nvidia_smi)
             self.check_gpus()
+            if self.params["gpus"]:
+                self.measured["gpus"]["selected"] = list(self.params["gpus"])
         self.check_disk()
         self.check_shm()
         self.check_nofile()
@@ -588,12 +816,14 @@ class Preflight(HostLimits):
             self.measured["acs"] = acs_state(self.params["sysfs_root"], addresses)
             self.check_nccl()
         self.check_kv_cache_dtype()
+        self.check_ports()
         for warning in self.warnings:
             self.module.warn(warning)
         # Ansible owns the result's `warnings` key: module.warn() fills it (passing it to exit_json
         # is deprecated), and a registered result holds the messages there as strings.
         result = dict(changed=False, problems=self.problems, measured=self.measured, msg=self.summary(),
-                      gpu_info=self.params["gpu_info"],
+                      gpu_info=self.params["gpu_info"], instances=self.instances,
+                      machine_id=machine_id(self.params["machine_id_file"]),
                       interfaces=interfaces(self.module, required=False) if self.params["interfaces"] else None)
         if self.problems and self.params["fail_on_problems"]:
             result["msg"] = "%s on this host, fix %s before deploying:\n%s" % (
@@ -631,6 +861,20 @@ def main():
             interfaces=dict(type="bool", default=False),
             sysfs_root=dict(type="path", default="/sys"),
             proc_root=dict(type="path", default="/proc"),
+            gpus=dict(type="list", elements="str", default=[]),
+            ports=dict(type="list", elements="dict", default=[], options=dict(
+                name=dict(type="str", required=True),
+                port=dict(type="int", required=True),
+            )),
+            port_block=dict(type="dict", options=dict(
+                name=dict(type="str", default=""),
+                start=dict(type="int", default=0),
+                size=dict(type="int", default=32),
+            )),
+            own_units=dict(type="list", elements="str", default=[]),
+            units_dir=dict(type="path", default="/etc/systemd/system"),
+            unit=dict(type="str", default="vllm.service"),
+            machine_id_file=dict(type="path", default="/etc/machine-id"),
         ),
         supports_check_mode=True,
     )
