@@ -110,19 +110,28 @@ CLIENT = "/root/traffic_client.py"
 STOP = "/tmp/traffic-stop"
 
 
-def start_client(lb, requests, seconds, url="https://127.0.0.1:8080", ca_file=CA_FILE):
+def start_client(lb, requests, seconds, url="https://127.0.0.1:8080", ca_file=CA_FILE, workers=4, pause=0.05, timeout=None,
+                 judge=None):
     """traffic_client.py started inside host LB against URL (TLS verified against CA_FILE; None for plain HTTP), until
-    REQUESTS were sent, SECONDS passed or the stop file appears (finish_client)."""
+    REQUESTS were sent, SECONDS passed or the stop file appears (finish_client): WORKERS threads, each pausing PAUSE
+    seconds between two requests, each request given TIMEOUT seconds (None: the client's default). JUDGE: a script that
+    runs traffic_client.py with its own judgement of an answer (molecule/real_group/real_client.py), copied beside it
+    and run in its place, with the same arguments."""
     subprocess.run(["podman", "cp", os.path.join(os.path.dirname(os.path.abspath(__file__)), "traffic_client.py"),
                     "%s:%s" % (lb, CLIENT)], check=True)
+    client = CLIENT
+    if judge:
+        client = os.path.join(os.path.dirname(CLIENT), os.path.basename(judge))
+        subprocess.run(["podman", "cp", judge, "%s:%s" % (lb, client)], check=True)
     exec_in(lb, ["rm", "-f", STOP])
     env = dict(os.environ, TRAFFIC_KEY=fleet.api_key())
     ca = " --ca-file %s" % ca_file if ca_file else ""
+    bound = " --timeout %s" % timeout if timeout is not None else ""
     # The key goes through the environment (podman exec --env NAME takes the value from it), not argv.
     return subprocess.Popen(
         ["podman", "exec", "--env", "TRAFFIC_KEY", lb, "sh", "-c",
-         'exec python3 %s --url %s%s --model "$0" --requests "$1" --seconds "$2" --stop-file %s --workers 4 --pause 0.05'
-         % (CLIENT, url, ca, STOP), fleet.served_name(), str(requests), str(seconds)],
+         'exec python3 %s --url %s%s --model "$0" --requests "$1" --seconds "$2" --stop-file %s --workers %d --pause %s%s'
+         % (client, url, ca, STOP, workers, pause, bound), fleet.served_name(), str(requests), str(seconds)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
