@@ -185,7 +185,10 @@ def weights_status(data, in_play, all_hostvars=None):
 
 
 def _serves(host_vars):
-    """Whether the host's peer daemon serves its peers (vllm_weights_peer_daemon, true unless set false)."""
+    """Whether the host's peer daemon serves its peers (vllm_weights_peer_daemon, true unless set false). A named
+    instance of a machine (fleet_vllm_instance) serves none: the machine's daemon is its unnamed instance's."""
+    if str(_get(host_vars, "fleet_vllm_instance", "") or "").strip():
+        return False
     value = _get(host_vars, "vllm_weights_peer_daemon", True)
     return not (value is False or str(value).strip().lower() in ("false", "no", "off", "0", "n"))
 

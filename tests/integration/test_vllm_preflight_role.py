@@ -395,15 +395,22 @@ def play_group(tmp_path, extra=None, host_vars=None, flags=()):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
+    run = play_local(tmp_path, {
+        "gpu_hosts": {"hosts": {name: (host_vars or {}).get(name, {}) for name in HOSTS}},
+        "copy": {"hosts": {name: {} for name in HOSTS},
+                 "vars": {"fleet_vllm_serving_group": "copy", "fleet_vllm_group_interface": "lo",
+                          "fleet_vllm_group_master_port": port}},
+        # A group that holds one of them (a wrong fleet_vllm_serving_group may name it).
+        "gpu_hosts_b": {"hosts": {"gpu-b": {}}}}, dict({"vllm_preflight_group_timeout": 5}, **(extra or {})), flags)
+    return run, run.out, port
+
+
+def play_local(tmp_path, children, extra, flags=()):
+    """The role on gpu-a and gpu-b, local connections to this machine, in the inventory groups CHILDREN, a listing of
+    10 MiB given (no hub)."""
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(yaml.safe_dump({"all": {
-        "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
-        "children": {"gpu_hosts": {"hosts": {name: (host_vars or {}).get(name, {}) for name in HOSTS}},
-                     "copy": {"hosts": {name: {} for name in HOSTS},
-                              "vars": {"fleet_vllm_serving_group": "copy", "fleet_vllm_group_interface": "lo",
-                                       "fleet_vllm_group_master_port": port}},
-                     # A group that holds one of them (a wrong fleet_vllm_serving_group may name it).
-                     "gpu_hosts_b": {"hosts": {"gpu-b": {}}}}}}))
+        "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}, "children": children}}))
     variables = dict(
         fleet_vllm_nvidia_smi=str(FAKE_SMI),
         fleet_vllm_pristine_dir=str(tmp_path / "models" / "nvidia--Kimi-K2.5-NVFP4"),
@@ -411,12 +418,10 @@ def play_group(tmp_path, extra=None, host_vars=None, flags=()):
         vllm_preflight_shm_min_bytes=1024 * 1024,
         fleet_vllm_trust_remote_code=False,
         vllm_preflight_model_size_bytes=10 * 1024 * 1024,
-        vllm_preflight_group_timeout=5,
     )
     variables.update(extra or {})
-    run = run_playbook(PLAYBOOK, "-i", inventory, *flags, extra_vars=variables, timeout=300,
-                       env={"FLEET_VLLM_FAKE_GPUS": "rtx-pro-6000-x8"})
-    return run, run.out, port
+    return run_playbook(PLAYBOOK, "-i", inventory, *flags, extra_vars=variables, timeout=300,
+                        env={"FLEET_VLLM_FAKE_GPUS": "rtx-pro-6000-x8"})
 
 
 def messages(out, task_name):
@@ -487,3 +492,106 @@ def test_a_serving_group_name_that_holds_no_such_host_stops_the_run_first(tmp_pa
     assert list(failed) == ["gpu-a"] and failed["gpu-a"].startswith(wanted), (failed, run.stdout[-2000:])
     assert "Check the host against what vLLM and the model need" not in [
         t["task"]["name"].split(" : ")[-1] for t in out["plays"][0]["tasks"] if "gpu-a" in t["hosts"]]
+
+
+# ---- several engines on one machine (issue 26 point 3) -------------------------------------------------------------
+
+UUIDS = [line.split(",")[3].strip() for line in
+         (FIXTURES / "nvidia-smi" / "rtx-pro-6000-x8" / "query-gpu.csv").read_text().splitlines()[1:]]
+
+
+def free_port():
+    import socket
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def free_block(size=32):
+    """A block of SIZE ports below this machine's ephemeral range that nothing listens on now."""
+    import socket
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for base in range(low - 2 * size, 1024, -size):
+        try:
+            for port in range(base, base + size):
+                with socket.socket() as probe:
+                    probe.bind(("", port))
+            return base
+        except OSError:
+            continue
+    raise AssertionError("no free block of %d ports below %d" % (size, low))
+
+
+def play_instances(tmp_path, host_vars, extra=None):
+    """gpu-a and gpu-b, both this machine (local connections): its unnamed instance and its instance "b"; the engine
+    on a port (fleet_vllm_engine_socket ""), which is checked too."""
+    run = play_local(tmp_path, {"gpu_hosts": {"hosts": {name: host_vars.get(name, {}) for name in HOSTS}}},
+                     dict({"fleet_vllm_engine_socket": ""}, **(extra or {})))
+    return run, run.out
+
+
+def two_instances():
+    base = free_block()
+    return {"gpu-a": {"fleet_vllm_instance_gpus": UUIDS[:4], "fleet_vllm_tensor_parallel_size": 4,
+                      "vllm_gateway_frontdoor_port": free_port(), "vllm_server_port": free_port()},
+            "gpu-b": {"fleet_vllm_instance": "b", "fleet_vllm_instance_gpus": UUIDS[4:], "fleet_vllm_tensor_parallel_size": 4,
+                      "fleet_vllm_instance_port_base": base, "vllm_gateway_frontdoor_port": free_port(),
+                      "vllm_server_port": free_port()}}
+
+
+def test_two_instances_of_one_machine_are_checked_on_their_own_gpus(tmp_path):
+    run, out = play_instances(tmp_path, two_instances())
+    assert run.rc == 0, run.stdout[-3000:]
+    checked = results(out, "Check the host against what vLLM and the model need")
+    assert checked["gpu-a"]["gpu_info"]["count"] == 4 and checked["gpu-b"]["gpu_info"]["count"] == 4
+    assert [g["uuid"] for g in checked["gpu-b"]["gpu_info"]["gpus"]] == UUIDS[4:]
+    assert checked["gpu-a"]["machine_id"] and checked["gpu-a"]["machine_id"] == checked["gpu-b"]["machine_id"]
+    assert all(out["stats"][name]["changed"] == 0 for name in HOSTS)
+
+
+@pytest.mark.parametrize("case", ["gpu", "port", "block", "ephemeral", "index", "all-gpus"])
+def test_instances_of_one_machine_that_collide_are_refused_before_anything_changes(tmp_path, case):
+    hosts = two_instances()
+    a, b = hosts["gpu-a"], hosts["gpu-b"]
+    failing, wanted = ["gpu-a", "gpu-b"], []
+    if case == "gpu":
+        b["fleet_vllm_instance_gpus"] = UUIDS[3:7]
+        wanted = [UUIDS[3]]
+    elif case == "port":
+        b["vllm_gateway_frontdoor_port"] = a["vllm_gateway_frontdoor_port"]
+        wanted = ["vllm_gateway_frontdoor_port", str(a["vllm_gateway_frontdoor_port"])]
+    elif case == "block":
+        a["fleet_vllm_instance_port_base"] = b["fleet_vllm_instance_port_base"] + 16
+        wanted = ["fleet_vllm_instance_port_base"]
+    elif case == "ephemeral":
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        b["fleet_vllm_instance_port_base"] = int(low) + 100
+        failing, wanted = ["gpu-b"], ["ip_local_port_range"]
+    elif case == "index":
+        b["fleet_vllm_instance_gpus"] = ["4", "5", "6", "7"]
+        failing, wanted = ["gpu-b"], ["fleet_vllm_instance_gpus", "nvidia-smi -L"]
+    elif case == "all-gpus":
+        a["fleet_vllm_instance_gpus"] = []
+        wanted = ["fleet_vllm_instance_gpus"]
+    run, out = play_instances(tmp_path, hosts)
+    assert run.rc != 0, case
+    failed = {}
+    for task in out["plays"][0]["tasks"]:
+        for host, result in task["hosts"].items():
+            if result.get("failed"):
+                failed.setdefault(host, result.get("msg", ""))
+    assert sorted(failed) == failing, (case, failed)
+    for text in failed.values():
+        for piece in wanted:
+            assert piece in text, (case, piece, text)
+    assert not (tmp_path / "models").exists()
+
+
+def test_a_run_of_two_models_is_refused_naming_the_hosts_of_each(tmp_path):
+    run, out = play_instances(tmp_path, {"gpu-b": {"fleet_vllm_model_repo": "BAAI/bge-m3"}})
+    assert run.rc != 0
+    failed = messages(out, "Check that the hosts of the run serve one model")
+    assert sorted(failed) == list(HOSTS), failed
+    text = failed["gpu-a"]
+    assert "nvidia/Kimi-K2.5-NVFP4 at main on gpu-a" in text and "BAAI/bge-m3 at main on gpu-b" in text, text
+    assert "-e fleet_vllm_hosts=GROUP" in text

@@ -242,6 +242,25 @@ def test_network_settings_render_and_verify(tmp_path):
 
 
 @prerequisite(shutil.which("systemd-analyze"), reason="systemd-analyze is not installed (Debian: systemd)")
+def test_a_named_instance_renders_its_own_gpus_socket_files_and_shared_memory(tmp_path):
+    """Issue 26 point 3: a machine's named instance (fleet_vllm_instance): its GPUs by UUID, its socket, NCCL file
+    and secrets, and a shared-memory directory of its own bound over /dev/shm, which its cleanup alone reads."""
+    gpus = ["GPU-9bb2460f-3aa9-59ed-962e-8ecd72cfc046", "MIG-ae7facef-2874-54c6-8a16-decae44ba7fd"]
+    lines = render_unit(tmp_path, fleet_vllm_served_model_path="/srv/models/kimi", fleet_vllm_instance="embed",
+                        fleet_vllm_instance_gpus=gpus, fleet_vllm_instance_port_base=20000,
+                        fleet_vllm_tensor_parallel_size=2).splitlines()
+    assert "Environment=CUDA_VISIBLE_DEVICES=%s" % ",".join(gpus) in lines
+    for line in ("EnvironmentFile=/etc/fleet-vllm/nccl@embed.env", "EnvironmentFile=/etc/fleet-vllm/vllm@embed-secrets.env",
+                 "ExecStartPre=+/usr/bin/env -i /usr/bin/python3 -I /usr/local/libexec/fleet-vllm/cleanup vllm /dev/shm/fleet-vllm@embed",
+                 "ExecStartPre=/bin/rm -f -- /run/fleet-vllm/vllm-embed/engine.sock", "BindPaths=/dev/shm/fleet-vllm@embed:/dev/shm",
+                 "ReadWritePaths=/run/fleet-vllm/vllm-embed"):
+        assert line in lines, line
+    exec_start = [line for line in lines if line.startswith("ExecStart=")][0]
+    assert "--uds /run/fleet-vllm/vllm-embed/engine.sock" in exec_start, exec_start
+    systemd_verify(tmp_path, "\n".join(lines), replace=[("/dev/shm/fleet-vllm@embed:", "/dev/shm:")])
+
+
+@prerequisite(shutil.which("systemd-analyze"), reason="systemd-analyze is not installed (Debian: systemd)")
 def test_an_engine_on_its_port_has_no_socket_to_prepare(tmp_path):
     """fleet_vllm_engine_socket "": vLLM on vllm_server_host:vllm_server_port as before 0.4.0, private umask, no
     socket directory to write or clean."""

@@ -39,8 +39,9 @@ CROSS_ROLE = {
     # (whose command line says what the result depends on).
     "vllm_acceptance": {"vllm_server_api_key", "vllm_server_served_model_name", "vllm_server_service_name",
                         "vllm_gateway_frontdoor_port", "vllm_gateway_tls_certificate", "vllm_gateway_backend_ca_file"},
-    # The planner counts what a host gives a copy with the share of GPU memory the server gives vLLM.
-    "vllm_preflight": {"vllm_server_gpu_memory_utilization"},
+    # The planner counts what a host gives a copy with the share of GPU memory the server gives vLLM; the instances of
+    # one machine (fleet_vllm_instance) are checked for the ports their front door and engine listen on.
+    "vllm_preflight": {"vllm_server_gpu_memory_utilization", "vllm_gateway_frontdoor_port", "vllm_server_port"},
 }
 
 
