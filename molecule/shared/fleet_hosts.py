@@ -116,19 +116,55 @@ SHALLOW = ["/opt/vllm/venvs", "/opt/fleet-vllm"]
 
 @functools.lru_cache(maxsize=None)
 def inventory():
+    """Molecule's inventory of the platforms, with the scenario's own hosts merged in (scenario_hosts.yml beside it,
+    which molecule/shared/create.yml writes from molecule/SCENARIO/inventory.yml.j2): their variables into all.hosts,
+    their groups' hosts into the groups Molecule writes at the top level."""
     with open(os.environ["MOLECULE_INVENTORY_FILE"], encoding="utf-8") as handle:
-        return yaml.safe_load(handle)
+        data = yaml.safe_load(handle)
+    extra_path = os.path.join(os.path.dirname(os.environ["MOLECULE_INVENTORY_FILE"]), "scenario_hosts.yml")
+    if not os.path.exists(extra_path):
+        return data
+    with open(extra_path, encoding="utf-8") as handle:
+        extra = yaml.safe_load(handle) or {}
+    hosts = data.setdefault("all", {}).setdefault("hosts", {})
+    for name, values in ((extra.get("all") or {}).get("hosts") or {}).items():
+        hosts[name] = dict(hosts.get(name) or {}, **(values or {}))
+    for group, body in ((extra.get("all") or {}).get("children") or {}).items():
+        target = data.setdefault(group, {})
+        target["hosts"] = dict(target.get("hosts") or {}, **((body or {}).get("hosts") or {}))
+    return data
 
 
-def instances(group="vllm_servers"):
-    """The inventory names of the group's hosts (= the containers' names), sorted."""
+def _group_hosts(group):
     data = inventory()
     # Molecule writes the groups of its platforms as top-level keys next to `all`.
     groups = dict(data.get("all", {}).get("children", {}) or {}, **{k: v for k, v in data.items() if k != "all"})
     names = set(((groups.get(group) or {}).get("hosts") or {}))
     if not names and group == "vllm_servers":
         names = set(data["all"].get("hosts", {}))
-    return sorted(names)
+    return names
+
+
+def host_vars(name):
+    """The variables the scenario's inventory gives the host itself."""
+    return (inventory().get("all", {}).get("hosts") or {}).get(name) or {}
+
+
+def host_address(name):
+    """The container an inventory host's connection enters: its ansible_host, else its name."""
+    return host_vars(name).get("ansible_host") or name
+
+
+def instances(group="vllm_servers"):
+    """The inventory names of the group's hosts that are containers of their own (= the containers' names), sorted;
+    a machine's named instance (an inventory host whose ansible_host is another host's container) is in
+    named_instances()."""
+    return sorted(name for name in _group_hosts(group) if host_address(name) == name)
+
+
+def named_instances(group="vllm_servers"):
+    """{inventory name: container} of the group's hosts that are another engine on a container of the scenario."""
+    return {name: host_address(name) for name in sorted(_group_hosts(group)) if host_address(name) != name}
 
 
 def testinfra_hosts(group="vllm_servers"):

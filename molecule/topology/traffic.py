@@ -8,7 +8,11 @@
         kills the group's rank (SIGKILL of its unit's processes), times how long the gateway keeps the group's head
         in rotation, then runs deploy.yml --limit on the group and reads the gateway and the units again; then
         playbooks/verify.yml,
-        playbooks/diagnose.yml and playbooks/acceptance.yml on the fleet.
+        playbooks/diagnose.yml and playbooks/acceptance.yml on the fleet;
+    python traffic.py instance
+        the bounded client runs inside the gateway host against the front door of topo-3's unnamed instance while
+        deploy.yml --limit topo-3-mini, with a new setting, restarts the machine's other instance (vllm@mini); the
+        machine's units, their processes and the engines' shared-memory segments are read before and after.
 
 Writes $MOLECULE_EPHEMERAL_DIRECTORY/topology-<name>.json for the verify step.
 """
@@ -101,9 +105,41 @@ def kill():
             "units_after": units(), "servers": servers(lb)}
 
 
+def machine(name):
+    """The engine units of a machine of several instances: for each, its InvocationID, state and main PID, the PIDs of
+    its control group (ps's unit column), and the engines' shared-memory segments (/dev/shm, and a named instance's
+    own directory there)."""
+    out = {}
+    listed = gw.exec_in(name, ["ps", "-e", "-o", "pid=,unit="])
+    named = ["vllm@%s.service" % fleet.host_vars(n)["fleet_vllm_instance"] for n, c in fleet.named_instances().items() if c == name]
+    for unit in ["vllm.service"] + named:
+        text = gw.exec_in(name, ["systemctl", "show", unit, "-p", "InvocationID,ActiveState,MainPID,NRestarts"])
+        out[unit] = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+        out[unit]["pids"] = sorted(int(line.split()[0]) for line in listed.splitlines() if line.split()[1:] == [unit])
+    out["shm"] = gw.exec_in(name, ["find", "/dev/shm", "-maxdepth", "2", "-name", "psm_*"]).split()
+    return out
+
+
+def instance():
+    lb = gw.gateway()
+    named = fleet.named_instances()
+    mini = sorted(named)[0]
+    box = named[mini]
+    for name in (box, mini):
+        assert wait_status(lb, name, lambda s: s.startswith("UP"), 120)[0] is not None, "%s not UP before the restart" % name
+    before = machine(box)
+    proc = gw.start_client(lb, 1000000, 600, url="http://%s:8080" % box, ca_file=None)
+    time.sleep(2)
+    rc = deploy("topology-instance", ["playbooks/deploy.yml", "--limit", mini, "-e", "vllm_server_restart_sec=31"])
+    time.sleep(2)
+    result = finish(lb, proc)
+    return {"machine": box, "instance": mini, "rc": rc, "client": result, "before": before, "after": machine(box),
+            "servers": servers(lb)}
+
+
 def main(argv):
     what = argv[0]
-    result = roll(argv[2:]) if what == "roll" else kill()
+    result = roll(argv[2:]) if what == "roll" else kill() if what == "kill" else instance()
     with open(os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "topology-%s.json" % what), "w", encoding="utf-8") as out:
         json.dump(result, out, indent=1, sort_keys=True)
 
