@@ -31,7 +31,8 @@ from ansible_collections.fleet.vllm.plugins.module_utils._instances import (
 
 from conftest import FIXTURES
 from tests.helpers.fake_host import FakeHost
-from test_preflight import gpu_info  # noqa: F401  pylint: disable=unused-import  (the fixture: what fleet.vllm.gpu_info returns)
+# The fixture gpu_info (what fleet.vllm.gpu_info returns for a scenario of the fixture nvidia-smi), shared.
+from test_preflight import gpu_info  # noqa: F401  pylint: disable=unused-import
 
 FAKE_SMI = FIXTURES / "bin" / "nvidia-smi"
 SCENARIOS = FIXTURES / "nvidia-smi"
