@@ -6,6 +6,7 @@ verified, and a client's completion through the gateway verifies the gateway's c
 
 import json
 import os
+import subprocess
 import time
 
 import fleet_hosts as fleet
@@ -125,7 +126,10 @@ def test_no_plain_http_is_answered_on_the_network():
     # torch's TCPStore binds on every address: the engine's unit denies every address but loopback to it
     # (IPAddressDeny=any, IPAddressAllow=localhost; enforced where systemd has cgroup v2).
     for name in fleet.instances():
-        listeners = gw.exec_in(name, ["ss", "-Htlnp"]).splitlines()
+        # ss names a socket's process from other users' /proc/PID/fd, which root in a container reads only with
+        # CAP_SYS_PTRACE (podman exec --privileged); without it the engine's and HAProxy's sockets show no process.
+        listeners = subprocess.run(["podman", "exec", "--privileged", name, "ss", "-Htlnp"], check=True,
+                                   capture_output=True, text=True).stdout.splitlines()
         engine = {line.split()[0] for line in gw.exec_in(name, ["ps", "-e", "-o", "pid=,unit="]).splitlines()
                   if line.split()[1:] == [fleet.SERVICE]}
         network = sorted(line.split()[3] for line in listeners
