@@ -42,8 +42,9 @@ def hub():
     server.close()
 
 
-def plan(tmp_path, hosts, hub=None, flags=(), **variables):
-    """playbooks/plan.yml on HOSTS ({name: nvidia-smi fixture, or None for a host whose nvidia-smi finds no GPU})."""
+def plan(tmp_path, hosts, hub=None, flags=(), models=None, **variables):
+    """playbooks/plan.yml on HOSTS ({name: nvidia-smi fixture, or None for a host whose nvidia-smi finds no GPU}); MODELS:
+    {name: fleet_vllm_model_repo} set in the inventory (the others' model is REPO, given on the command line)."""
     inventory, host_vars = tmp_path / "hosts.yml", {}
     for name, fixture in hosts.items():
         wrapper = tmp_path / name / "nvidia-smi"
@@ -51,9 +52,9 @@ def plan(tmp_path, hosts, hub=None, flags=(), **variables):
         wrapper.write_text("#!/bin/sh\nFLEET_VLLM_FAKE_GPUS=%s exec %s \"$@\"\n" % (fixture, FIXTURES / "bin" / "nvidia-smi"))
         wrapper.chmod(0o755)
         host_vars[name] = dict(ansible_connection="local", ansible_python_interpreter=sys.executable,
-                               fleet_vllm_nvidia_smi=str(wrapper))
+                               fleet_vllm_nvidia_smi=str(wrapper), fleet_vllm_model_repo=(models or {}).get(name, REPO))
     inventory.write_text(yaml.safe_dump({"all": {"children": {"vllm_servers": {"hosts": host_vars}}}}))
-    extra = dict(fleet_vllm_model_repo=REPO, fleet_vllm_model_revision=REVISION, fleet_vllm_trust_remote_code=False,
+    extra = dict(fleet_vllm_model_revision=REVISION, fleet_vllm_trust_remote_code=False,
                  fleet_vllm_controller_hub_endpoint=hub.endpoint if hub else "http://127.0.0.1:9", vllm_preflight_rdma=False)
     extra.update(variables)
     return run_playbook(PLAYBOOK, "-i", inventory, *flags, extra_vars=extra, timeout=300,
@@ -142,3 +143,15 @@ def test_bad_settings_are_refused_before_any_host_is_read(tmp_path, variables, n
         json.dumps(failed)[:2000]
     assert named in failed[0]["hosts"]["gpu-01"]["msg"], failed[0]["hosts"]["gpu-01"]["msg"]
     assert not [entry for entry in first if entry["task"]["name"].endswith("Read the host's GPUs")]
+
+
+def test_hosts_of_two_models_are_planned_one_model_at_a_time(tmp_path, hub):
+    """A run of a helper model's instances beside the fleet's (issue 26) is refused before any host is read, naming the
+    hosts of each model and how to plan each."""
+    run = plan(tmp_path, {"gpu-01": "rtx-pro-6000-x8", "gpu-02": "rtx-pro-6000-x8"}, hub=hub, models={"gpu-02": "BAAI/bge-m3"})
+    assert run.rc != 0
+    refused = task(run, "Check that the hosts planned serve one model")
+    assert refused["failed"], refused
+    assert "%s at %s on gpu-01; BAAI/bge-m3 at %s on gpu-02" % (REPO, REVISION, REVISION) in refused["msg"], refused["msg"]
+    assert "-e fleet_vllm_hosts=GROUP" in refused["msg"]
+    assert not any(entry["task"]["name"].endswith("Read the host's GPUs") for entry in run.out["plays"][0]["tasks"])

@@ -213,8 +213,12 @@ def test_a_listing_that_fails_names_the_endpoint_and_the_way_out(tmp_path, hub):
 
     assert proc.returncode == 2
     assert server.requests == [("/api/models/%s/tree/v9?recursive=true" % REPO, "Bearer " + TOKEN)]
-    failed = list(results(out, "List the files of the model revision").values())
+    # Listed once, by the first host of the model; the other fails naming it and where the error is.
+    listed = {host: r for host, r in results(out, "List the files of the model revision").items() if not r.get("skipped")}
+    assert list(listed) == ["gpu-a"]
+    failed = list(listed.values())
     assert len(failed) == 1 and failed[0]["failed"] is True
+    assert list(messages(out, "Fail when the host that was to list this host's model failed")) == ["gpu-b"]
     assert (
         "Cannot list the files of %s at revision v9 from %s (GET %s/api/models/%s/tree/v9?recursive=true): "
         "HTTP 404 Not Found. Check fleet_vllm_controller_hub_endpoint, fleet_vllm_model_repo, "
@@ -229,7 +233,7 @@ def test_an_empty_listing_is_refused(tmp_path, hub):
     server = hub({TREE_PATH: (200, [{"type": "directory", "path": "docs", "size": 0, "oid": "0" * 40}])})
     proc, out = play(tmp_path, {"fleet_vllm_controller_hub_endpoint": server.endpoint})
     assert proc.returncode == 2
-    failed = list(results(out, "Fail when the revision's files could not be listed").values())
+    failed = [r for r in results(out, "Fail when the revision's files could not be listed").values() if not r.get("skipped")]
     assert len(failed) == 1 and failed[0]["msg"] == (
         "%s lists no file for %s at revision main. Check fleet_vllm_controller_hub_endpoint, fleet_vllm_model_repo, "
         "fleet_vllm_model_revision and fleet_vllm_hf_token (gated and private models need one), or set "
@@ -259,7 +263,7 @@ def test_a_given_size_skips_the_hub_and_too_few_gpus_fail(tmp_path, hub):
 
     assert proc.returncode == 2
     assert server.requests == []
-    assert [r.get("skipped") for r in results(out, "List the files of the model revision").values()] == [True]
+    assert [r.get("skipped") for r in results(out, "List the files of the model revision").values()] == [True, True]
     for result in results(out, "Check the host against what vLLM and the model need").values():
         assert result["measured"]["disk"]["model_size_bytes"] == GB
         assert result["problems"] == [
@@ -587,11 +591,35 @@ def test_instances_of_one_machine_that_collide_are_refused_before_anything_chang
     assert not (tmp_path / "models").exists()
 
 
-def test_a_run_of_two_models_is_refused_naming_the_hosts_of_each(tmp_path):
-    run, out = play_instances(tmp_path, {"gpu-b": {"fleet_vllm_model_repo": "BAAI/bge-m3"}})
+def test_a_run_of_two_models_lists_each_once_and_checks_each_host_against_its_own(tmp_path, hub):
+    """Issue 26: an instance of a helper model beside the fleet's, in one run: each model's revision is listed once,
+    from the controller, by the first host of each, and each host's disk is checked against its own model's size."""
+    kimi, kimi_total = listing(4, 2 * 1000 ** 2)
+    helper, helper_total = listing(2, 3 * 1000 ** 2)
+    server = hub({TREE_PATH: (200, kimi), TREE_PATH.replace(REPO, "BAAI/bge-m3"): (200, helper)})
+    hosts = {"gpu-b": {"fleet_vllm_model_repo": "BAAI/bge-m3",
+                       "fleet_vllm_pristine_dir": str(tmp_path / "models" / "BAAI--bge-m3")}}
+    run, out = play_instances(tmp_path, hosts, {"fleet_vllm_controller_hub_endpoint": server.endpoint,
+                                                "fleet_vllm_hf_token_over_http": True, "vllm_preflight_model_size_bytes": 0})
+    assert run.rc == 0, run.stdout[-3000:]
+    assert sorted(path for path, dummy in server.requests) == sorted([TREE_PATH, TREE_PATH.replace(REPO, "BAAI/bge-m3")])
+    checked = results(out, "Check the host against what vLLM and the model need")
+    assert checked["gpu-a"]["measured"]["disk"]["model_size_bytes"] == kimi_total
+    assert checked["gpu-b"]["measured"]["disk"]["model_size_bytes"] == helper_total
+
+
+def test_a_model_whose_listing_failed_stops_its_other_hosts_with_why(tmp_path, hub):
+    """The first host of a model reads its listing for all of that model's hosts: where it fails, the others of that
+    model are not checked against nothing; they fail naming the model and where the error is."""
+    kimi, dummy = listing(4, 2 * 1000 ** 2)
+    server = hub({TREE_PATH: (200, kimi)})
+    run = play_local(tmp_path, {"gpu_hosts": {"hosts": {name: {"fleet_vllm_model_repo": "org/missing"} for name in HOSTS}}}, {
+        "fleet_vllm_controller_hub_endpoint": server.endpoint, "vllm_preflight_model_size_bytes": 0,
+        "fleet_vllm_hf_token_over_http": True})
+    out = run.out
     assert run.rc != 0
-    failed = messages(out, "Check that the hosts of the run serve one model")
-    assert sorted(failed) == list(HOSTS), failed
-    text = failed["gpu-a"]
-    assert "nvidia/Kimi-K2.5-NVFP4 at main on gpu-a" in text and "BAAI/bge-m3 at main on gpu-b" in text, text
-    assert "-e fleet_vllm_hosts=GROUP" in text
+    first = messages(out, "List the files of the model revision")
+    assert list(first) == ["gpu-a"] and "org/missing" in first["gpu-a"], first
+    others = messages(out, "Fail when the host that was to list this host's model failed")
+    assert list(others) == ["gpu-b"] and "org/missing at main was to be listed" in others["gpu-b"], others
+    assert not (tmp_path / "models").exists()

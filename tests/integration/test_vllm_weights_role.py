@@ -42,36 +42,42 @@ def fleet(tmp_path_factory, hub_wheels):
     make_repo(repo, shards=4, shard_bytes=1_000_000)
     hub = FakeHub().start()
     commit = hub.add_repo(REPO, str(repo))
-    daemons, hostvars = [], {}
-    for host in HOSTS:
-        root = base / host
-        (root / "pristine").mkdir(parents=True)
-        port = free_port()
-        conf = base / ("%s-rsyncd.conf" % host)
-        # A test daemon: root may read the test's private temporary directories (the role's own daemon runs as nobody).
-        conf.write_text("uid = root\ngid = root\nuse chroot = no\nread only = yes\npid file = %s/%s-rsyncd.pid\n"
-                        "[fleet-vllm-models]\npath = %s\nhosts allow = 127.0.0.1\nexclude = .cache/\n"
-                        % (base, host, root / "pristine"))
-        daemons.append(rsyncd.start(conf, port)[0])
-        hostvars[host] = dict(
-            ansible_connection="local", ansible_python_interpreter=sys.executable,
-            fleet_vllm_models_root=str(root), vllm_weights_peer_port=port, vllm_weights_peer_address="127.0.0.1",
-            vllm_weights_peer_serve=False, vllm_weights_state_dir=str(root / "state"),
-            vllm_weights_hub_venv=str(hub_venv),
-            vllm_weights_hub_python=sys.executable,
-        )
+    daemons = []
+    hostvars = {host: local_host(base, host, hub_venv, daemons) for host in HOSTS}
     inventory = base / "hosts.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"children": {"vllm_servers": {"hosts": hostvars}}, "vars": dict(
+    group_vars = dict(
         fleet_vllm_hub_endpoint=hub.url, vllm_weights_retry_delay=1, vllm_weights_progress_every=5,
         # The synthetic checkpoint has no code, and the runs follow a branch of a loopback hub: remote code's checks
         # are tests/integration/test_remote_code_trust.py's and tests/unit/plugins/filter/test_remote_code_problems.py's.
         fleet_vllm_trust_remote_code=False,
         vllm_weights_pip_extra_args=["--no-index", "--find-links", str(hub_wheels)],
-    )}}))
-    yield dict(base=base, repo=repo, hub=hub, commit=commit, inventory=inventory)
+    )
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"vllm_servers": {"hosts": hostvars}}, "vars": group_vars}}))
+    yield dict(base=base, repo=repo, hub=hub, commit=commit, inventory=inventory, hostvars=hostvars, group_vars=group_vars,
+               hub_venv=hub_venv, daemons=daemons)
     hub.stop()
     for proc in daemons:
         rsyncd.stop(proc)
+
+
+def local_host(base, host, hub_venv, daemons):
+    """A local "host": its own model root under BASE and its own rsync daemon (appended to DAEMONS); its variables."""
+    root = base / host
+    (root / "pristine").mkdir(parents=True)
+    port = free_port()
+    conf = base / ("%s-rsyncd.conf" % host)
+    # A test daemon: root may read the test's private temporary directories (the role's own daemon runs as nobody).
+    conf.write_text("uid = root\ngid = root\nuse chroot = no\nread only = yes\npid file = %s/%s-rsyncd.pid\n"
+                    "[fleet-vllm-models]\npath = %s\nhosts allow = 127.0.0.1\nexclude = .cache/\n"
+                    % (base, host, root / "pristine"))
+    daemons.append(rsyncd.start(conf, port)[0])
+    return dict(
+        ansible_connection="local", ansible_python_interpreter=sys.executable,
+        fleet_vllm_models_root=str(root), vllm_weights_peer_port=port, vllm_weights_peer_address="127.0.0.1",
+        vllm_weights_peer_serve=False, vllm_weights_state_dir=str(root / "state"),
+        vllm_weights_hub_venv=str(hub_venv),
+        vllm_weights_hub_python=sys.executable,
+    )
 
 
 def play(fleet, *args, **extra):
@@ -312,3 +318,43 @@ def test_remote_code_is_checked_against_the_pins_before_any_host_downloads_and_t
     manifest = json.loads((snapshot / ".fleet-vllm-snapshot.json").read_text())
     listed = dict((item["path"], item) for item in manifest["files"])
     assert all(listed[name].get("sha256") == pins[name] for name in code), manifest["files"]
+
+
+HELPER = "org/embed-small"
+
+
+def test_a_run_of_two_models_resolves_lists_and_plans_each_model_apart(fleet):
+    """Issue 26: instances of a helper model beside the fleet's, deployed in one run. Each model's revision is resolved
+    and its commit listed once (by the first host of each), each host ends with its own model's snapshot, and the copies
+    are planned among the hosts of one model: helper-2 copies from helper-1, never from a host of the other model; a
+    host of the fleet's model outside the play is no source for the helper's. A rerun changes nothing."""
+    hub = fleet["hub"]
+    helper_repo = fleet["base"] / "helper-repo"
+    make_repo(helper_repo, shards=2, shard_bytes=300_000)
+    helper_commit = hub.add_repo(HELPER, str(helper_repo))
+    hosts = dict(fleet["hostvars"])
+    for name in ("helper-1", "helper-2"):
+        hosts[name] = dict(local_host(fleet["base"], name, fleet["hub_venv"], fleet["daemons"]), fleet_vllm_model_repo=HELPER)
+    inventory = fleet["base"] / "two-models.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"vllm_servers": {"hosts": hosts}}, "vars": fleet["group_vars"]}}))
+    hub.clear_log()
+    run = run_playbook(PLAYBOOK, "-i", inventory, "--limit", "node1,helper-1,helper-2", timeout=600)
+    assert run.rc == 0, run.stdout[-4000:]
+    helper_size = sum(p.stat().st_size for p in helper_repo.iterdir())
+    helper_gets = [r for r in shard_gets(hub) if HELPER in r["path"]]
+    assert sum(r["bytes_sent"] for r in helper_gets) == helper_size, helper_gets
+    assert any("fetches it for the site" in m for m in messages(run, "helper-1"))
+    assert any("copy from helper-1" in m for m in messages(run, "helper-2")), messages(run, "helper-2")
+    for name in ("helper-1", "helper-2"):
+        snap = fleet["base"] / name / "pristine" / HELPER.replace("/", "--") / helper_commit
+        assert sorted(p.name for p in helper_repo.iterdir()) == sorted(p.name for p in snap.iterdir() if not p.name.startswith("."))
+        assert not (fleet["base"] / name / "pristine" / REPO.replace("/", "--")).exists()
+    assert_complete_copy(fleet, "node1")
+    # One resolution and one listing per model by the controller, whatever the hosts per model: the helper's tree is
+    # listed by the controller and by helper-1's download (huggingface_hub's snapshot_download), not by helper-2; the
+    # fleet's model (node1 complete and verified) is resolved and not listed.
+    asked = {repo: [r["path"] for r in hub.requests if r["path"].startswith("/api/models/%s/" % repo)] for repo in (REPO, HELPER)}
+    assert [len([p for p in asked[HELPER] if part in p]) for part in ("/revision/", "/tree/")] == [1, 2], asked
+    assert [len([p for p in asked[REPO] if part in p]) for part in ("/revision/", "/tree/")] == [1, 0], asked
+    again = run_playbook(PLAYBOOK, "-i", inventory, "--limit", "node1,helper-1,helper-2", timeout=600)
+    assert again.rc == 0 and all(again.stats(h)["changed"] == 0 for h in ("node1", "helper-1", "helper-2")), again.stdout[-3000:]
