@@ -282,10 +282,16 @@ def test_the_example_inventory_speaks_tls_on_every_hop(variables, refused):
     assert (run.rc != 0) == refused
 
 
-def test_a_serving_group_is_one_backend_its_head():
+def test_a_serving_group_is_one_backend_its_head_and_a_helper_model_one_of_its_own():
     """inventories/example's serving group kimi_long_context (issue 26): the gateway sends to its head, gpu-node-05, and
-    not to its headless rank gpu-node-06, which serves no API; every host that serves alone is a backend."""
+    not to its headless rank gpu-node-06, which serves no API; every host that serves alone is a backend, and the
+    instances of the helper model (gpu-node-07, gpu-node-07-b) the backend of their model."""
     run = run_playbook(ROOT / "tests" / "integration" / "playbooks" / "example_backends.yml", "-i", ROOT / "inventories" / "example")
     assert run.rc == 0, run.stdout[-3000:]
     shown = dict(run.task_list("lb-01"))["Show the backends"]["msg"]
-    assert shown == ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04", "gpu-node-05"]
+    assert shown == ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04", "gpu-node-05", "gpu-node-07", "gpu-node-07-b"]
+    # Its helper model's instances (qwen_helpers) are the backend of their model; requests naming none go to Kimi's.
+    backends = dict(run.task_list("lb-01"))["Show the backend of each model"]["msg"]
+    assert [(b["name"], b["model"], b["servers"]) for b in backends] == [
+        ("fleet_vllm", "kimi-k2.5", ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04", "gpu-node-05"]),
+        ("fleet_vllm:qwen3-32b", "qwen3-32b", ["gpu-node-07", "gpu-node-07-b"])]
