@@ -145,9 +145,15 @@ def finish_client(lb, proc, stop=True):
     return json.loads(out)
 
 
+def is_fleet_backend(proxy):
+    """The gateway's backends of fleet hosts: BACKEND, and one per other model its hosts serve (BACKEND:NAME)."""
+    return proxy == BACKEND or proxy.startswith(BACKEND + ":")
+
+
 def servers(lb):
-    """{server: status} of the gateway's backend."""
-    return {r["svname"]: r["status"] for r in stat(lb) if r["pxname"] == BACKEND and r["svname"] not in ("FRONTEND", "BACKEND")}
+    """{server: status} of the gateway's backends (each fleet host is in one: its model's)."""
+    return {r["svname"]: r["status"] for r in stat(lb)
+            if is_fleet_backend(r["pxname"]) and r["svname"] not in ("FRONTEND", "BACKEND")}
 
 
 def wait_status(lb, server, predicate, timeout):
