@@ -35,13 +35,16 @@ export ANSIBLE_INJECT_FACT_VARS=false
 # header), and where the processor has neither that nor AMX tiles, real-2 runs the processor's own
 # backend and the summary says so (the fixture's lines of the scenario's prepare step).
 scenarios=(default real_engine kv_auto onboard upgrade_rollback failures gateway topology)
-# The scenarios that `all` runs beside the others, started first, each in its own log: onboard's
+# The lanes that `all` runs beside the others (the chain: every scenario in no lane, one after the
+# other), each started first, its scenarios one after the other, each in its own log: onboard's
 # 10 minutes of an idle monitored fleet (molecule/onboard/molecule.yml) then pass while the others
 # run, instead of after them. Its hosts are idle meanwhile; the checks that read the hub mirror's log
 # (onboard, failures) keep to their own hosts' addresses. topology (the engine simulator, about 290 s)
 # beside them too: in the chain it made CI's run 50 min on this 2-core machine (rehearsal of e294ca3,
-# 3,014 s, the chain 2,939 s), over the 45 min a run may take.
-beside=(onboard topology)
+# 3,014 s, the chain 2,939 s), over the 45 min a run may take; then kv_auto and failures, which the
+# chain ran last but one (CI of 99f0170: the chain 2,757 s, the critical path of a 2,857 s run; the
+# topology lane was done at 985 s, onboard at 1,368 s).
+lanes=(onboard "topology kv_auto failures")
 
 # A scenario still running after this many seconds is stopped (SIGTERM, SIGKILL a minute later) and
 # fails with its log: a hang then costs one scenario's bound instead of CI's whole limit. The
@@ -98,27 +101,37 @@ record() {  # record SCENARIO STATUS SECONDS LOG
     done < <(python "${here}/failure_digest.py" --fixture <"${output}" || true)
 }
 
-declare -A beside_pid=()
-for scenario in "${scenarios[@]}"; do
-    [[ " ${beside[*]} " == *" ${scenario} "* ]] || continue
-    log "${scenario}: started beside the other scenarios (its output: ${work}/${scenario}.log, printed when it ends)"
+# Each lane's scenarios that this run has (in the lane's order), started in the background.
+declare -a lane_pids=() beside=()
+for lane in "${lanes[@]}"; do
+    mine=()
+    for scenario in ${lane}; do
+        [[ " ${scenarios[*]} " == *" ${scenario} "* ]] && mine+=("${scenario}")
+    done
+    ((${#mine[@]})) || continue
+    beside+=("${mine[@]}")
+    log "${mine[*]}: started beside the other scenarios, one after the other (their output: ${work}/SCENARIO.log, printed when the chain ends)"
     (
-        t=${SECONDS}
-        status=0
-        timeout --kill-after=60 "${scenario_limit}" molecule test -s "${scenario}" >"${work}/${scenario}.log" 2>&1 || status=$?
-        echo "${status} $((SECONDS - t))" >"${work}/${scenario}.result"
+        for scenario in "${mine[@]}"; do
+            t=${SECONDS}
+            status=0
+            timeout --kill-after=60 "${scenario_limit}" molecule test -s "${scenario}" >"${work}/${scenario}.log" 2>&1 || status=$?
+            echo "${status} $((SECONDS - t))" >"${work}/${scenario}.result"
+        done
     ) &
-    beside_pid[${scenario}]=$!
+    lane_pids+=($!)
 done
 for scenario in "${scenarios[@]}"; do
-    [[ -n ${beside_pid[${scenario}]:-} ]] && continue
+    [[ " ${beside[*]} " == *" ${scenario} "* ]] && continue
     t=${SECONDS}
     status=0
     timeout --kill-after=60 "${scenario_limit}" molecule test -s "${scenario}" 2>&1 | tee "${work}/scenario.log" || status=$?
     record "${scenario}" "${status}" $((SECONDS - t)) "${work}/scenario.log"
 done
-for scenario in "${!beside_pid[@]}"; do
-    wait "${beside_pid[${scenario}]}" || true
+for pid in "${lane_pids[@]}"; do
+    wait "${pid}" || true
+done
+for scenario in "${beside[@]}"; do
     read -r status seconds <"${work}/${scenario}.result" || { status=1; seconds=0; }
     log "${scenario}: its output (it ran beside the others)"
     cat "${work}/${scenario}.log"
