@@ -29,7 +29,9 @@ CONFIG = json.dumps({"architectures": ["KimiModel"], "auto_map": {"AutoModel": "
 # argument spec, input checks and listing - all on the controller, none changing a host.
 BEFORE = {"Check that the old names set agree with each other", "Set the new names from the old ones",
           "Check the canary gate's acceptance settings",
-          "Remember the model this host serves", "Check that the hosts of the run serve one model",
+          "Remember the model this host serves", "Choose the host that lists this host's model",
+          "Take the listing of this host's model from the host that read it",
+          "Fail when the host that was to list this host's model failed",
           "Check the type of every variable set for a role of the collection",
           "Check the shared settings that argument specs cannot express",
           "Check the settings that argument specs cannot express",
