@@ -1,9 +1,10 @@
 """Shared testinfra helpers of fleet.vllm's Molecule scenarios (molecule/*/tests).
 
 The hosts are Podman containers running systemd; tests address them as ``podman://NAME``
-(testinfra's podman backend runs ``podman exec``), never through the ansible backend, which
-would start one ansible process per check. A ``podman exec`` costs about 0.25 s here, so each
-test module reads a host once: ``facts(host)`` runs one Python script in the host that returns
+(testinfra's podman backend, whose commands molecule/conftest.py sends through container_exec:
+nsenter into the host, about 0.004 CPU-s a command where a ``podman exec`` costs about 0.13),
+never through the ansible backend, which would start one ansible process per check. Each
+test module still reads a host once: ``facts(host)`` runs one Python script in the host that returns
 everything the checks look at (the unit's identity, every file a deploy owns, the contents of
 the small files, the service user, the running process's command line, the endpoint's answers
 from inside the host, the mirror's copy of the checkpoint's JSON files), cached for the module.

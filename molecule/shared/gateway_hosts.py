@@ -1,5 +1,5 @@
 """Helpers of the gateway scenario (test helper, not part of the collection): HAProxy's runtime API
-and HTTP from inside a test host, through ``podman exec`` (the containers are on the test
+and HTTP from inside a test host, through container_exec (nsenter; the containers are on the test
 network; nothing leaves this machine).
 """
 
@@ -12,6 +12,7 @@ import os
 import subprocess
 import time
 
+import container_exec
 import fleet_hosts as fleet
 
 SOCKET = "/run/haproxy/admin.sock"
@@ -64,8 +65,7 @@ def gateway():
     return fleet.instances("vllm_gateways")[0]
 
 
-def exec_in(name, argv, **kwargs):
-    return subprocess.run(["podman", "exec", name] + list(argv), check=True, capture_output=True, text=True, **kwargs).stdout
+exec_in = container_exec.output
 
 
 def runtime(name, command):

@@ -1,6 +1,6 @@
 """Helpers of the scenarios with a monitoring host (test helper, not part of the collection): Prometheus' and
 Alertmanager's HTTP APIs and what the test webhook receiver (webhook_receiver.py) got, read from inside the
-monitoring host through ``podman exec`` (they listen there; nothing leaves this machine).
+monitoring host through container_exec (nsenter) (they listen there; nothing leaves this machine).
 """
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import time
 import urllib.parse
 
 import yaml
 
+import container_exec
 import fleet_hosts as fleet
 
 PROMETHEUS = "http://127.0.0.1:9090"
@@ -39,8 +39,7 @@ def monitor():
     return fleet.instances("vllm_monitoring")[0]
 
 
-def exec_in(name, argv):
-    return subprocess.run(["podman", "exec", name] + list(argv), check=True, capture_output=True, text=True).stdout
+exec_in = container_exec.output
 
 
 def http(url, method="GET", body=""):

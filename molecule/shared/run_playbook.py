@@ -42,6 +42,8 @@ import sys
 import threading
 import time
 
+import container_exec
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 MIRROR = os.path.join(ROOT, "tests", "hosts", "mirror.sh")
@@ -126,8 +128,8 @@ class Poller(threading.Thread):
 
 def invocation(name):
     try:
-        out = subprocess.run(["podman", "exec", name, "systemctl", "show", "vllm.service", "--property=InvocationID",
-                              "--value"], capture_output=True, text=True, check=False, timeout=30)
+        out = subprocess.run(container_exec.argv(name, ["systemctl", "show", "vllm.service", "--property=InvocationID", "--value"]),
+                             capture_output=True, text=True, check=False, timeout=30)
     except subprocess.TimeoutExpired:
         return ""
     return out.stdout.strip()
